@@ -1,0 +1,139 @@
+"""Per-expert token alignment: group (token, k) slots by expert, each group padded to the M tile.
+
+Outputs (all on the ids' device):
+  sorted_token_ids [max_padded] int32: flat slot indices (token * top_k + k) grouped by expert, in
+      token order inside a group; padding slots hold `numel` (one past the last valid slot).
+  expert_ids [max_padded / block_m] int32: the expert of each M block; -1 past the padded count.
+  num_tokens_post_padded [1] int32: the padded count actually used, kept on the device so the GEMM
+      grid can be sized by the bound `max_padded` and the whole forward can be captured in a graph.
+
+The order inside each expert is the token order (stable), so the Triton version and its torch twin
+agree exactly, which makes the test a plain equality.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Arguments whose value follows the batch size: specialising on them is what recompiles per batch.
+BATCH_VARYING_ARGS = ["numel"]
+
+
+def max_padded_slots(numel: int, num_experts: int, block_m: int) -> int:
+    """Upper bound of the padded count: every active expert wastes at most block_m - 1 slots."""
+    active = min(numel, num_experts)
+    return triton.cdiv(numel + active * (block_m - 1), block_m) * block_m
+
+
+def _count_body(ids_ptr, counts_ptr, numel, BLOCK: tl.constexpr):
+    expert = tl.program_id(0)
+    total = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < numel, other=-1)
+        total += (ids == expert).to(tl.int32)
+    tl.store(counts_ptr + expert, tl.sum(total, 0))
+
+
+def _scatter_body(
+    ids_ptr,
+    counts_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_post_pad_ptr,
+    numel,
+    num_experts,
+    BLOCK: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    expert = tl.program_id(0)
+    offs_e = tl.arange(0, BLOCK_E)
+    counts = tl.load(counts_ptr + offs_e, mask=offs_e < num_experts, other=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    start_slot = tl.sum(tl.where(offs_e < expert, padded, 0), 0)
+    my_padded = tl.sum(tl.where(offs_e == expert, padded, 0), 0)
+    if expert == 0:
+        tl.store(num_post_pad_ptr, tl.sum(padded, 0))
+    first_block = start_slot // BLOCK_M
+    for b in range(first_block, first_block + my_padded // BLOCK_M):
+        tl.store(expert_ids_ptr + b, expert)
+    written = start_slot
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < numel, other=-1)
+        hit = (ids == expert).to(tl.int32)
+        pos = written + tl.cumsum(hit, 0) - 1
+        tl.store(sorted_ids_ptr + pos, offs.to(tl.int32), mask=hit != 0)
+        written += tl.sum(hit, 0)
+
+
+_count_spec = triton.jit(_count_body)
+_count_nospec = triton.jit(do_not_specialize=BATCH_VARYING_ARGS)(_count_body)
+_scatter_spec = triton.jit(_scatter_body)
+_scatter_nospec = triton.jit(do_not_specialize=BATCH_VARYING_ARGS)(_scatter_body)
+
+
+def _alloc_outputs(
+    topk_ids: torch.Tensor, block_m: int, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    numel = topk_ids.numel()
+    max_padded = max_padded_slots(numel, num_experts, block_m)
+    device = topk_ids.device
+    sorted_ids = torch.full((max_padded,), numel, dtype=torch.int32, device=device)
+    expert_ids = torch.full((max_padded // block_m,), -1, dtype=torch.int32, device=device)
+    num_post_pad = torch.zeros((1,), dtype=torch.int32, device=device)
+    return sorted_ids, expert_ids, num_post_pad
+
+
+def moe_align_block_size(
+    topk_ids: torch.Tensor, block_m: int, num_experts: int, respecialize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton version; returns (sorted_token_ids, expert_ids, num_tokens_post_padded)."""
+    sorted_ids, expert_ids, num_post_pad = _alloc_outputs(topk_ids, block_m, num_experts)
+    numel = topk_ids.numel()
+    if numel == 0:
+        return sorted_ids, expert_ids, num_post_pad
+    flat = topk_ids.reshape(-1)
+    counts = torch.empty((num_experts,), dtype=torch.int32, device=topk_ids.device)
+    block = min(1024, triton.next_power_of_2(numel))
+    count_kernel = _count_spec if respecialize else _count_nospec
+    scatter_kernel = _scatter_spec if respecialize else _scatter_nospec
+    count_kernel[(num_experts,)](flat, counts, numel, BLOCK=block, num_warps=4)
+    scatter_kernel[(num_experts,)](
+        flat,
+        counts,
+        sorted_ids,
+        expert_ids,
+        num_post_pad,
+        numel,
+        num_experts,
+        BLOCK=block,
+        BLOCK_E=triton.next_power_of_2(num_experts),
+        BLOCK_M=block_m,
+        num_warps=4,
+    )
+    return sorted_ids, expert_ids, num_post_pad
+
+
+def moe_align_block_size_torch(
+    topk_ids: torch.Tensor, block_m: int, num_experts: int, respecialize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Plain-torch twin of `moe_align_block_size` (`respecialize` is accepted and has no effect)."""
+    del respecialize
+    sorted_ids, expert_ids, num_post_pad = _alloc_outputs(topk_ids, block_m, num_experts)
+    flat = topk_ids.reshape(-1).long()
+    slot = 0
+    for expert in range(num_experts):
+        members = torch.nonzero(flat == expert).flatten()
+        count = int(members.numel())
+        if count == 0:
+            continue
+        sorted_ids[slot : slot + count] = members.to(torch.int32)
+        padded = triton.cdiv(count, block_m) * block_m
+        expert_ids[slot // block_m : (slot + padded) // block_m] = expert
+        slot += padded
+    num_post_pad[0] = slot
+    return sorted_ids, expert_ids, num_post_pad
