@@ -1,0 +1,94 @@
+"""``moeperf``: the command line. It only wires commands to the parts; the logic lives elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cluster.cli_from_model import add_model_options, apply_overrides, collect_overrides
+from cluster.config import ConfigError, ExperimentConfig, parse_experiment, read_yaml
+
+EXIT_OK, EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _load(path: str | None, overrides: dict[str, Any]) -> tuple[ExperimentConfig, Path | None]:
+    data: dict[str, Any] = read_yaml(Path(path)) if path else {}
+    source = path or "<embedded default>"
+    cfg = parse_experiment(apply_overrides(data, overrides), source)
+    return cfg, (Path(path).resolve().parent if path else None)
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from cluster.driver import Driver, RunError, print_result
+
+    try:
+        cfg, base_dir = _load(ns.experiment, collect_overrides(ns))
+        driver = Driver(cfg, base_dir, [Path(sys.argv[0]).name, *sys.argv[1:]])
+        result = driver.run()
+    except (ConfigError, RunError) as e:
+        print(f"moeperf: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print_result(result, driver.run_dir)
+    if result.status == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if result.status == "ok" else EXIT_ARM_FAILED
+
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    from cluster.driver import RunError, plan
+
+    bad = 0
+    for f in ns.files:
+        try:
+            cfg, base_dir = _load(f, {})
+            schedule = plan(cfg, base_dir)
+            print(f"{f}: ok ({len(cfg.arms)} arms, {len(schedule.requests)} requests)")
+        except (ConfigError, RunError) as e:
+            print(f"moeperf: {e}", file=sys.stderr)
+            bad += 1
+    return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+def cmd_schema(ns: argparse.Namespace) -> int:
+    from cluster.schemas import write_schemas
+
+    for path in write_schemas(Path(ns.out)):
+        print(path)
+    return EXIT_OK
+
+
+def cmd_show_default(ns: argparse.Namespace) -> int:
+    import yaml
+
+    print(yaml.safe_dump(ExperimentConfig().model_dump(mode="json"), sort_keys=False), end="")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moeperf", description="A/B load tests of MoE kernel optimizations on vLLM.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="Run an experiment (no file: the embedded CPU default).")
+    run.add_argument("experiment", nargs="?", help="Experiment YAML; omit for the embedded default.")
+    add_model_options(run, ExperimentConfig)
+    run.set_defaults(func=cmd_run)
+    val = sub.add_parser("validate", help="Check experiment files (config, trace, lengths) without running.")
+    val.add_argument("files", nargs="+")
+    val.set_defaults(func=cmd_validate)
+    sch = sub.add_parser("schema", help="Write the JSON Schemas of the experiment and result files.")
+    sch.add_argument("--out", default="docs")
+    sch.set_defaults(func=cmd_schema)
+    dflt = sub.add_parser("default", help="Print the embedded default experiment as YAML.")
+    dflt.set_defaults(func=cmd_show_default)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    return int(ns.func(ns))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

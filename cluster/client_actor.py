@@ -1,0 +1,50 @@
+"""ClientActor: runs the asyncio replay in a Ray actor and streams finished records to the driver.
+
+Records leave the actor as soon as they finish (a Ray streaming generator), so the driver can
+append them to disk at once: if this actor, its node or the engine dies, what finished is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from workloads.client import ClientSettings, replay
+from workloads.schedule import PlannedRequest
+
+
+class ClientActor:
+    async def replay(
+        self, requests: list[dict[str, Any]], settings: ClientSettings, start_epoch_s: float
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Yield batches of finished records (as dicts); a batch is whatever finished since the last."""
+        planned = [PlannedRequest.model_validate(r) for r in requests]
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for rec in replay(planned, settings, start_epoch_s):
+                    await queue.put(rec.model_dump())
+            finally:
+                await queue.put(None)
+
+        task = asyncio.create_task(pump())
+        try:
+            finished = False
+            while not finished:
+                batch = []
+                item = await queue.get()
+                while True:
+                    if item is None:
+                        finished = True
+                        break
+                    batch.append(item)
+                    if queue.empty():
+                        break
+                    item = queue.get_nowait()
+                if batch:
+                    yield batch
+            await task  # re-raise anything the replay itself raised
+        finally:
+            task.cancel()

@@ -1,0 +1,182 @@
+"""The experiment file: one strict model, read from YAML, from which the CLI is also generated.
+
+``ExperimentConfig()`` with no arguments *is* the embedded default (local Ray, vLLM's CPU build,
+the generated tiny Mixtral, a bundled Azure trace sample), so ``moeperf run`` needs no file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cluster.tiny_model import TinyMoeSpec
+from moe_opt.flags import OptimizationFlags
+from workloads.traces.azure import AzureTraceSpec
+from workloads.workload import WorkloadSpec
+
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(Strict):
+    path: str | None = Field(
+        None,
+        description="Model directory (config.json + tokenizer) on every engine node, or a Hugging Face id; "
+        "null generates the embedded tiny Mixtral into the cache folder.",
+    )
+    tiny: TinyMoeSpec = Field(default_factory=TinyMoeSpec, description="Shape of the generated model (path: null).")
+    load_format: Literal["dummy", "auto", "safetensors"] = Field(
+        "dummy", description="vLLM --load-format; 'dummy' gives random weights with the real shapes."
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field("bfloat16", description="vLLM --dtype.")
+    quantization: Literal["fp8"] | None = Field(None, description="vLLM --quantization (fp8: per-tensor w8a8).")
+    max_model_len: int = Field(1024, ge=16, description="vLLM --max-model-len; prompts + outputs must fit.")
+    served_name: str = Field("moeperf-model", description="Name the server answers to (--served-model-name).")
+    prompt_token_ids: tuple[int, int] | None = Field(
+        None,
+        description="[low, high) range of token ids used to synthesise prompts; null: the tiny model's "
+        "printable characters, or [1000, min(vocab, 32000)) for a real model (clear of special tokens).",
+    )
+
+
+class EngineSpec(Strict):
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="'auto' picks cuda when the Ray cluster has GPUs, else vLLM's CPU build."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine (TP); one placement bundle each.")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vLLM --gpu-memory-utilization; null: 0.12 on CPU (share of RAM), 0.9 on GPU."
+    )
+    cpu_kvcache_space_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE for the CPU build.")
+    enforce_eager: bool = Field(False, description="vLLM --enforce-eager: no torch.compile and no CUDA graphs.")
+    cpus_per_engine: float = Field(1.0, gt=0, description="Ray CPUs reserved for each EngineActor.")
+    accelerator_type: str | None = Field(None, description="Ray accelerator type the GPUs must have, e.g. 'H200'.")
+    startup_timeout_s: float = Field(600.0, gt=0, description="Give up on an engine not healthy after this.")
+    placement_timeout_s: float = Field(120.0, gt=0, description="Give up on an arm not placed after this.")
+    host: str = Field("127.0.0.1", description="Address the server binds; loopback keeps client and engine co-located.")
+    extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
+    env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
+
+
+class ClientSpec(Strict):
+    max_in_flight: int | None = Field(None, ge=1, description="Cap on requests in flight per arm; null: no cap.")
+    request_timeout_s: float = Field(600.0, gt=0, description="A request not finished after this is failed.")
+    warmup_requests: int = Field(2, ge=0, description="Requests sent to each engine before the measured replay.")
+
+
+class ArmSpec(Strict):
+    name: str = Field(description="Unique arm name (letters, digits, '_', '.', '-').")
+    flags: OptimizationFlags = Field(default_factory=OptimizationFlags, description="Optimizations of this arm.")
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not ARM_NAME.match(v):
+            raise ValueError(f"arm name {v!r} must match {ARM_NAME.pattern}")
+        return v
+
+
+class ChaosSpec(Strict):
+    """Fault injection for the harness's own tests: kills real engines at chosen points."""
+
+    kill_engine_after_records: dict[str, int] = Field(
+        default_factory=dict,
+        description="arm name -> SIGKILL that arm's vLLM server once this many of its records are finished.",
+    )
+
+
+def _default_arms() -> list[ArmSpec]:
+    return [
+        ArmSpec(name="baseline"),
+        ArmSpec(
+            name="all-optimizations",
+            flags=OptimizationFlags(swap_ab=True, moe_backend="triton", no_respecialize=True),
+        ),
+    ]
+
+
+def _default_workload() -> WorkloadSpec:
+    return WorkloadSpec(
+        trace=AzureTraceSpec(max_requests=24),
+        speedup=2.0,
+        input_scale=1 / 16,
+        output_scale=1 / 8,
+        max_input_tokens=512,
+        max_output_tokens=64,
+    )
+
+
+class ExperimentConfig(Strict):
+    schema_version: Literal[1] = Field(1, description="Version of this file's format.")
+    name: str = Field("quick-cpu", description="Experiment name; prefixes the run id.")
+    output_dir: Path = Field(Path("runs"), description="Where runs/<run-id>/ folders are written.")
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join ('auto', 'ray://...'); null: RAY_ADDRESS, else a new local Ray."
+    )
+    placement: Literal["interleaved", "parallel"] = Field(
+        "interleaved",
+        description="'interleaved': arms one after another on the same resources; 'parallel': all arms at once.",
+    )
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model every arm serves.")
+    engine: EngineSpec = Field(default_factory=lambda: EngineSpec(enforce_eager=True), description="vLLM engines.")
+    client: ClientSpec = Field(default_factory=ClientSpec, description="The load generator.")
+    arms: list[ArmSpec] = Field(default_factory=_default_arms, min_length=1, description="The arms to compare.")
+    workload: WorkloadSpec = Field(default_factory=_default_workload, description="Trace and its scaling.")
+    chaos: ChaosSpec = Field(default_factory=ChaosSpec, description="Fault injection (tests only).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExperimentConfig:
+        names = [a.name for a in self.arms]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"arms: duplicate arm name(s) {dupes}")
+        unknown = sorted(set(self.chaos.kill_engine_after_records) - set(names))
+        if unknown:
+            raise ValueError(f"chaos.kill_engine_after_records: unknown arm(s) {unknown}")
+        return self
+
+
+class ConfigError(ValueError):
+    """An experiment that cannot run; the message names the file and the field."""
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid experiment"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_experiment(data: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e, source)) from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: experiment file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the experiment must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def load_experiment(path: Path) -> ExperimentConfig:
+    return parse_experiment(read_yaml(path), str(path))

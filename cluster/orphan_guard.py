@@ -1,0 +1,47 @@
+"""Run a command and take its whole process group down if our parent (the EngineActor) dies.
+
+Ray kills actors with SIGKILL, which no handler in the actor can see; a vLLM server left behind
+would hold its port, its RAM and (on GPUs) its devices. This tiny wrapper sits between the actor
+and vLLM, polls its parent, and kills the group it leads when the parent is gone.
+
+Usage: python -m cluster.orphan_guard -- COMMAND...
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+POLL_S = 1.0
+GRACE_S = 10.0
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("usage: python -m cluster.orphan_guard -- COMMAND...", file=sys.stderr)
+        return 2
+    cmd = argv[argv.index("--") + 1 :]
+    parent = os.getppid()
+    child = subprocess.Popen(cmd)
+    signal.signal(signal.SIGTERM, lambda *_: None)  # the group signal reaches the child too; wait for it
+    while True:
+        code = child.poll()
+        if code is not None:
+            return code
+        if os.getppid() != parent:
+            child.terminate()
+            try:
+                return child.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+        try:
+            child.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""The embedded default model: a Mixtral-shaped MoE small enough for vLLM's CPU build.
+
+vLLM needs a config and a tokenizer on disk even with ``--load-format dummy``; writing them
+ourselves means the default run downloads nothing and works offline, on any node, every time.
+The tokenizer maps every id to one printable ASCII character, so any sequence of ids the dummy
+weights produce decodes cleanly (no half UTF-8 bytes held back by the detokenizer) and one
+token id in the prompt is exactly one prompt token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+PRINTABLE_ASCII = [chr(c) for c in range(32, 127)]
+
+
+class TinyMoeSpec(BaseModel):
+    """Shape of the generated model; every field changes the cache key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_hidden_layers: int = Field(2, ge=1, le=16, description="Decoder layers.")
+    hidden_size: int = Field(128, ge=16, description="Model width.")
+    intermediate_size: int = Field(256, ge=16, description="Per-expert FFN width.")
+    num_local_experts: int = Field(8, ge=2, description="Experts per MoE layer.")
+    num_experts_per_tok: int = Field(2, ge=1, description="Top-k experts per token.")
+    num_attention_heads: int = Field(4, ge=1, description="Attention heads.")
+    num_key_value_heads: int = Field(2, ge=1, description="KV heads (GQA).")
+    max_position_embeddings: int = Field(2048, ge=64, description="Longest context the config allows.")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(SPECIAL_TOKENS) + len(PRINTABLE_ASCII)
+
+    def cache_key(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("MOEPERF_CACHE_DIR", Path.home() / ".cache" / "moeperf"))
+
+
+def _config_json(spec: TinyMoeSpec) -> dict[str, object]:
+    return {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.hidden_size // spec.num_attention_heads,
+        "num_local_experts": spec.num_local_experts,
+        "num_experts_per_tok": spec.num_experts_per_tok,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1e6,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+        "sliding_window": None,
+        "output_router_logits": False,
+        "router_aux_loss_coef": 0.0,
+    }
+
+
+def _tokenizer_json() -> dict[str, object]:
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in PRINTABLE_ASCII:
+        vocab[ch] = len(vocab)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for i, t in enumerate(SPECIAL_TOKENS)
+        ],
+        "normalizer": None,
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False, "vocab": vocab, "merges": []},
+    }
+
+
+def _tokenizer_config_json() -> dict[str, object]:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": 1 << 20,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+    }
+
+
+def ensure_tiny_model(spec: TinyMoeSpec, cache_dir: Path | None = None) -> Path:
+    """Write the model directory once per spec; concurrent callers on one node are safe.
+
+    Files go to a temporary sibling that is renamed into place, so a reader never sees a
+    half-written directory.
+    """
+    root = (cache_dir or default_cache_dir()) / "models"
+    target = root / f"tiny-mixtral-{spec.cache_key()}"
+    if (target / "config.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{target.name}.{os.getpid()}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    files = {
+        "config.json": _config_json(spec),
+        "tokenizer.json": _tokenizer_json(),
+        "tokenizer_config.json": _tokenizer_config_json(),
+        "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2},
+        "moeperf_spec.json": spec.model_dump(),
+    }
+    for name, content in files.items():
+        (tmp / name).write_text(json.dumps(content, indent=2))
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not (target / "config.json").exists():
+            raise
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return target

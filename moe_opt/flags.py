@@ -1,0 +1,102 @@
+"""The optimization set of one arm, and how it reaches a vLLM engine.
+
+One frozen object per arm is the single source of truth: the engine's CLI arguments, its
+environment and the result file are all derived from it, so a result can never claim flags the
+engine did not run with. Combinations that cannot mean anything raise instead of being quietly
+ignored, because a silently ignored flag turns an A/B test into an A/A test.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FLAGS_ENV_VAR = "MOEPERF_ARM_FLAGS"
+"""Environment variable carrying the arm's flags (JSON) to the worker plugin in every vLLM process."""
+
+MoeBackend = Literal["auto", "triton", "flashinfer_cutlass", "cutlass", "deep_gemm", "marlin"]
+TRITON_KERNEL_SWITCHES = ("swap_ab", "no_respecialize")
+
+
+class UnsupportedFlagCombination(ValueError):
+    """The flags ask for something the selected backend or platform cannot do."""
+
+
+class OptimizationFlags(BaseModel):
+    """What an arm switches on; ``None`` means "leave vLLM's own default alone"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    swap_ab: bool | None = Field(
+        None,
+        description=(
+            "Swap-AB in vLLM's Triton fused_moe_kernel (FP8 w8a8, SM90, BLOCK_M < 64). True forces it on, "
+            "False forces it off, null keeps vLLM's heuristic (enable_swap_ab)."
+        ),
+    )
+    moe_backend: MoeBackend = Field(
+        "auto",
+        description=(
+            "vLLM --moe-backend. 'triton' routes FP8 MoE to the Triton fused_moe_kernel instead of the "
+            "Hopper default (FlashInfer CUTLASS); 'auto' lets vLLM choose."
+        ),
+    )
+    no_respecialize: bool = Field(
+        False,
+        description=(
+            "Mark the batch-dependent size arguments of vLLM's Triton fused_moe_kernel do_not_specialize, so "
+            "a new batch size never triggers a Triton JIT compile while serving."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _reject_meaningless(self) -> OptimizationFlags:
+        triton_only = [s for s in TRITON_KERNEL_SWITCHES if getattr(self, s) not in (None, False)]
+        if triton_only and self.moe_backend not in ("auto", "triton"):
+            raise UnsupportedFlagCombination(
+                f"{', '.join(triton_only)} act on vLLM's Triton fused_moe_kernel, but moe_backend="
+                f"{self.moe_backend!r} does not run that kernel; use moe_backend 'triton' or 'auto'"
+            )
+        return self
+
+    def is_baseline(self) -> bool:
+        return self == OptimizationFlags()
+
+    def vllm_args(self) -> list[str]:
+        """CLI arguments for ``vllm.entrypoints.openai.api_server``."""
+        return [] if self.moe_backend == "auto" else ["--moe-backend", self.moe_backend]
+
+    def needs_plugin(self) -> bool:
+        """Swap-AB and re-specialisation have no vLLM flag: only the worker plugin can apply them."""
+        return self.swap_ab is not None or self.no_respecialize
+
+    def engine_env(self) -> dict[str, str]:
+        return {FLAGS_ENV_VAR: self.model_dump_json()}
+
+    def describe(self) -> str:
+        parts = [f"moe_backend={self.moe_backend}"]
+        parts.append("swap_ab=" + ("vllm-default" if self.swap_ab is None else str(self.swap_ab).lower()))
+        parts.append(f"no_respecialize={str(self.no_respecialize).lower()}")
+        return " ".join(parts)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str]) -> OptimizationFlags | None:
+        raw = environ.get(FLAGS_ENV_VAR)
+        return None if raw is None else cls.model_validate(json.loads(raw))
+
+
+def cpu_effect_note(flags: OptimizationFlags) -> str | None:
+    """Why an arm's flags cannot change anything on vLLM's CPU build, or None for the baseline.
+
+    The CPU build runs MoE through its own CPU kernels: there is no Triton fused_moe_kernel to swap,
+    no FP8 backend to route and no Triton JIT. Saying so beats showing a difference that is noise.
+    """
+    if flags.is_baseline():
+        return None
+    return (
+        f"flags [{flags.describe()}] change nothing in the kernels on vLLM's CPU build "
+        "(no Triton fused_moe_kernel, no FP8 MoE backends, no Triton JIT): any difference between arms "
+        "here is noise"
+    )

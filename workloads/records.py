@@ -1,0 +1,60 @@
+"""One finished request, as measured by the client, and the per-request metrics derived from it.
+
+Times are seconds from the run's common start (a monotonic clock mapped onto a shared wall-clock
+epoch), so records from different client actors line up without trusting clock deltas inside them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RequestRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(description="Position of the request in the replayed schedule.")
+    arm: str = Field(description="Arm the request was sent to.")
+    intended_send_s: float = Field(description="When the arrival process said to send it.")
+    actual_send_s: float | None = Field(description="When the client sent it; null if never sent.")
+    first_token_s: float | None = Field(None, description="Arrival of the first output token.")
+    token_times_s: list[float] = Field(default_factory=list, description="Arrival time of every output token.")
+    end_s: float | None = Field(None, description="When the response stream closed.")
+    prompt_tokens_requested: int = Field(description="Prompt length the schedule asked for.")
+    output_tokens_requested: int = Field(description="max_tokens sent (with ignore_eos).")
+    prompt_tokens: int | None = Field(None, description="Prompt tokens the server reported in usage.")
+    output_tokens: int | None = Field(None, description="Completion tokens the server reported in usage.")
+    error: str | None = Field(None, description="Why the request failed; null on success.")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.end_s is not None
+
+    @property
+    def send_lag_ms(self) -> float | None:
+        if self.actual_send_s is None:
+            return None
+        return (self.actual_send_s - self.intended_send_s) * 1000.0
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.first_token_s is None or self.actual_send_s is None:
+            return None
+        return self.first_token_s - self.actual_send_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        if self.end_s is None or self.actual_send_s is None:
+            return None
+        return self.end_s - self.actual_send_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first, as vLLM's own benchmark defines it."""
+        if len(self.token_times_s) < 2:
+            return None
+        return (self.token_times_s[-1] - self.token_times_s[0]) / (len(self.token_times_s) - 1)
+
+    @property
+    def itl_s(self) -> list[float]:
+        t = self.token_times_s
+        return [b - a for a, b in zip(t, t[1:], strict=False)]

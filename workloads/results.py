@@ -1,0 +1,84 @@
+"""The versioned result file of a run: everything a report needs, without re-running anything.
+
+It lives outside ``cluster`` so that ``analysis`` can read results without importing Ray. The
+config is stored as the resolved JSON mapping (re-validate it with ``cluster.config`` if needed).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moe_opt.flags import OptimizationFlags
+from workloads.metrics import ArmSummary
+from workloads.records import RequestRecord
+
+RESULT_SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineInfo(_Model):
+    url: str = Field(description="Base URL the clients used.")
+    node_id: str = Field(description="Ray node the engine ran on.")
+    pid: int = Field(description="PID of the vLLM server process.")
+    device: Literal["cpu", "cuda"] = Field(description="Where the engine computed.")
+    gpu_ids: list[str] = Field(description="GPUs Ray assigned to the arm's placement group (empty on CPU).")
+    tensor_parallel_size: int
+    vllm_version: str
+    torch_version: str
+    argv: list[str] = Field(description="Exact server command line.")
+    env: dict[str, str] = Field(description="Environment variables moeperf set for the server.")
+    startup_s: float = Field(description="Process start to first healthy /health.")
+
+
+class ArmResult(_Model):
+    name: str
+    flags: OptimizationFlags
+    flags_applied: bool = Field(description="False when the platform cannot apply the flags (see notes).")
+    notes: list[str] = Field(default_factory=list)
+    status: Literal["ok", "failed"]
+    failure_reason: str | None = None
+    engine: EngineInfo | None = None
+    engine_log_tail: str | None = Field(None, description="End of the server log, kept when the arm failed.")
+    requests_planned: int
+    requests_sent: int
+    requests_succeeded: int
+    requests_failed: int = Field(description="Sent but not finished successfully.")
+    requests_not_sent: int = Field(description="Never sent (engine down or run stopped).")
+    summary: ArmSummary | None = None
+    records_file: str = Field(description="JSON Lines file (relative to the run folder), appended as requests finished.")
+    records: list[RequestRecord] = Field(default_factory=list)
+
+
+class ScheduleInfo(_Model):
+    requests: int
+    duration_s: float
+    clipped_input: int
+    clipped_output: int
+
+
+class RunResult(_Model):
+    schema_version: Literal[1] = RESULT_SCHEMA_VERSION
+    run_id: str
+    experiment: str
+    status: Literal["ok", "failed", "interrupted"] = Field(
+        description="'ok' when every arm is ok; 'failed' when any arm failed; 'interrupted' on Ctrl-C."
+    )
+    started_at: str = Field(description="UTC, ISO 8601.")
+    finished_at: str = Field(description="UTC, ISO 8601.")
+    command: list[str] = Field(description="The command line that produced this run.")
+    config: dict[str, Any] = Field(description="The resolved experiment config.")
+    environment: dict[str, Any] = Field(description="Versions and hardware of the driver and the engine nodes.")
+    schedule: ScheduleInfo
+    arms: list[ArmResult]
+    notes: list[str] = Field(default_factory=list)
+
+    def arm(self, name: str) -> ArmResult:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise KeyError(name)
