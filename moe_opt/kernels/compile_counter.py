@@ -59,7 +59,7 @@ class CompileCounter:
     def _stack(self) -> list[_Pending]:
         if not hasattr(self._local, "stack"):
             self._local.stack = []
-        return self._local.stack  # type: ignore[no-any-return]
+        return self._local.stack
 
     def _cache_hook(self, *, key: Any, repr: str, fn: Any, compile: Any, is_manual_warmup: bool,
                     already_compiled: bool) -> Any:  # fmt: skip

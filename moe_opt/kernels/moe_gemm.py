@@ -140,12 +140,14 @@ def moe_gemm(
     respecialize: bool,
     a_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
+    warmup: bool = False,
 ) -> torch.Tensor:
     """c[slot, :] = (a[slot // a_row_div] @ w[expert].T) * scales * routed weight (when given).
 
     a [rows, K], w [E, N, K], c [T * top_k, N]. Slots come from `moe_align_block_size` with
     block_m == tile.block_m. `swap_ab` must already be decided (see `plan_fused_moe`): asking for it
-    with a tile where it does not apply raises.
+    with a tile where it does not apply raises. `warmup=True` only compiles (no launch), which lets a
+    benchmark compile many tiles concurrently under Triton's AsyncCompileMode.
     """
     use_fp8 = a_scale is not None
     _check_gemm_args(a, w, c, use_fp8)
@@ -159,7 +161,8 @@ def moe_gemm(
     grid = (triton.cdiv(em, tile.block_m) * triton.cdiv(n, tile.block_n),)
     kernel = _moe_gemm_spec if respecialize else _moe_gemm_nospec
     dummy = num_tokens_post_padded  # never read when the matching constexpr is off
-    kernel[grid](
+    launch = (lambda *args, **kw: kernel.warmup(*args, grid=grid, **kw)) if warmup else kernel[grid]
+    launch(
         a,
         w,
         c,
@@ -208,9 +211,12 @@ def moe_gemm_torch(
     respecialize: bool,
     a_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
+    warmup: bool = False,
 ) -> torch.Tensor:
     """Plain-torch twin of `moe_gemm` (float32 math; swap_ab/respecialize have no effect here)."""
     del top_k, swap_ab, respecialize
+    if warmup:
+        return c
     use_fp8 = a_scale is not None
     _check_gemm_args(a, w, c, use_fp8)
     num_valid = c.shape[0]
@@ -225,7 +231,7 @@ def moe_gemm_torch(
         wt = w[expert].float()
         y = x @ wt.t()
         if use_fp8:
-            assert w_scale is not None
+            assert a_scale is not None and w_scale is not None
             y = y * (a_scale.float() * w_scale[expert].float())
         if topk_weights is not None:
             y = y * topk_weights.reshape(-1)[rows].float()[:, None]
