@@ -73,6 +73,13 @@ class ArmRunner:
             ).remote(self.arm.name, self.arm.flags, self.cfg.model, eng, self.device, gpu_ids)
             self.info = ray.get(self.engine.start.remote())
             ray.get(self.engine.warmup.remote(self.cfg.client.warmup_requests))
+            # The engine binds loopback by default: the client must then share its node. It is
+            # started (and its imports paid for) now, so it is ready before the common start time.
+            self.client = ray.remote(ClientActor).options(
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(self.info.node_id, soft=False),
+            ).remote()
+            ray.get(self.client.ready.remote())
             return True
         except PlacementError as e:
             self.failure = (str(e), None)
@@ -88,11 +95,6 @@ class ArmRunner:
             seed=self.cfg.workload.seed, max_in_flight=self.cfg.client.max_in_flight,
             request_timeout_s=self.cfg.client.request_timeout_s,
         )
-        # The engine binds loopback by default: the client must then share its node.
-        self.client = ray.remote(ClientActor).options(
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(self.info.node_id, soft=False),
-        ).remote()
         kill_after = self.cfg.chaos.kill_engine_after_records.get(self.arm.name)
         payload = [r.model_dump() for r in self.requests]
         self.records_path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,9 @@ from workloads.schedule import PlannedRequest
 
 
 class ClientActor:
+    async def ready(self) -> bool:
+        return True
+
     async def replay(
         self, requests: list[dict[str, Any]], settings: ClientSettings, start_epoch_s: float
     ) -> AsyncIterator[list[dict[str, Any]]]:

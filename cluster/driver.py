@@ -160,6 +160,7 @@ class Driver:
         print(f"arm {r.arm.name}: engine healthy at {r.info.url} after {r.info.startup_s:.1f} s", flush=True)
         self._bar(r)
         r.replay(time.time() + START_DELAY_S)
+        self.bars[r.arm.name].close()
         r.stop()
 
     def _run_parallel(self, runners: list[ArmRunner]) -> None:

@@ -1,0 +1,77 @@
+"""Helpers for tests that run real Ray and real vLLM CPU engines through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def clean_env() -> dict[str, str]:
+    """The kernel tests switch Triton to its interpreter for this process; engines must not inherit that."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RAY_ADDRESS")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def small_experiment(tmp_path: Path, **overrides) -> Path:
+    """Two arms, a handful of short requests: enough to cross every part of the real path."""
+    exp = {
+        "name": "it",
+        "output_dir": str(tmp_path / "runs"),
+        "workload": {
+            "trace": {"kind": "azure", "max_requests": 6},
+            "speedup": 8.0,
+            "input_scale": 1 / 16,
+            "output_scale": 1 / 16,
+            "max_input_tokens": 64,
+            "max_output_tokens": 8,
+        },
+        "client": {"warmup_requests": 1},
+    }
+    for key, value in overrides.items():
+        exp[key] = value
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    return path
+
+
+def run_dir_of(tmp_path: Path) -> Path:
+    (d,) = list((tmp_path / "runs").iterdir())
+    return d
+
+
+def load_result(run_dir: Path) -> dict:
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def vllm_servers() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "vllm.entrypoints.openai.api_server" in cmd or "cluster.orphan_guard" in cmd:
+            found.append(p)
+    return found
+
+
+def moeperf_run(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cluster.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, env=clean_env(), cwd=REPO, **kw)
+
+
+@pytest.fixture(autouse=True)
+def no_engine_left_behind():
+    assert vllm_servers() == [], "a vLLM server from before this test is still running"
+    yield
+    left = vllm_servers()
+    for p in left:
+        p.kill()
+    assert left == [], "the run left vLLM server processes behind"

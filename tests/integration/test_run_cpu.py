@@ -1,0 +1,40 @@
+"""`moeperf run` end to end on real parts: local Ray, two real vLLM CPU engines, real HTTP."""
+
+import json
+
+import pytest
+
+from tests.integration.conftest import load_result, moeperf_run, run_dir_of, small_experiment
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_two_arms_every_request_measured(tmp_path):
+    exp = small_experiment(tmp_path)
+    r = moeperf_run(str(exp))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path)
+    res = load_result(run_dir)
+    assert res["schema_version"] == 1 and res["status"] == "ok"
+    assert [a["name"] for a in res["arms"]] == ["baseline", "all-optimizations"]
+    for arm in res["arms"]:
+        assert arm["status"] == "ok"
+        assert arm["requests_planned"] == arm["requests_sent"] == arm["requests_succeeded"] == 6
+        assert [rec["index"] for rec in arm["records"]] == list(range(6))
+        for rec in arm["records"]:
+            assert rec["error"] is None
+            assert rec["first_token_s"] - rec["actual_send_s"] > 0
+            assert rec["prompt_tokens"] == rec["prompt_tokens_requested"]
+            assert rec["output_tokens"] == rec["output_tokens_requested"] == len(rec["token_times_s"])
+        lines = (run_dir / arm["records_file"]).read_text().splitlines()
+        assert sorted(json.loads(line)["index"] for line in lines) == list(range(6))
+        assert arm["engine"]["device"] == "cpu" and arm["engine"]["vllm_version"].startswith("0.32")
+        assert arm["summary"]["ttft_s"]["p50"] > 0
+    flagged = res["arms"][1]
+    assert flagged["flags"] == {"swap_ab": True, "moe_backend": "triton", "no_respecialize": True}
+    assert flagged["flags_applied"] is False and "change nothing in the kernels" in flagged["notes"][0]
+    assert "change nothing in the kernels" in r.stdout
+    assert "TTFT p99 (ms)" in r.stdout
+    assert (run_dir / "config.yaml").exists()
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert env["driver"]["versions"]["ray"] == "2.60.0"

@@ -1,0 +1,66 @@
+"""Bad input must stop the run with one clear message and exit 2 before Ray or any engine starts."""
+
+import subprocess
+import sys
+
+from cluster.cli import build_parser
+from cluster.cli_from_model import apply_overrides, collect_overrides, scalar_fields
+from cluster.config import ExperimentConfig, parse_experiment
+
+
+def moeperf(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_every_scalar_field_has_an_option():
+    help_text = build_parser().parse_args(["run"]).__dict__
+    paths = [p for p, _ in scalar_fields(ExperimentConfig)]
+    assert "engine.tensor_parallel_size" in paths and "workload.speedup" in paths
+    assert all(f"override:{p}" in help_text for p in paths)
+
+
+def test_overrides_are_validated_like_the_file():
+    ns = build_parser().parse_args(["run", "--engine.tensor_parallel_size", "8", "--model.quantization", "fp8",
+                                    "--set", "workload.trace={kind: synthetic, num_requests: 3, input_tokens: 4, "
+                                    "output_tokens: 2, rate_rps: 1}"])
+    cfg = parse_experiment(apply_overrides({}, collect_overrides(ns)))
+    assert cfg.engine.tensor_parallel_size == 8
+    assert cfg.model.quantization == "fp8"
+    assert cfg.workload.trace.kind == "synthetic"
+
+
+def test_unknown_field_exits_2_naming_it(tmp_path):
+    p = tmp_path / "e.yaml"
+    p.write_text("engine:\n  gpus: 8\n")
+    r = moeperf("run", str(p))
+    assert r.returncode == 2
+    assert "engine.gpus" in r.stderr and str(p) in r.stderr
+    assert "moeperf run" not in r.stdout  # nothing started
+
+
+def test_malformed_trace_line_exits_2_naming_file_and_line(tmp_path):
+    t = tmp_path / "trace.csv"
+    t.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,1\nbroken,line\n")
+    p = tmp_path / "e.yaml"
+    p.write_text("workload:\n  trace: {kind: azure, path: trace.csv}\n")
+    r = moeperf("run", str(p))
+    assert r.returncode == 2
+    assert f"{t}:3" in r.stderr
+
+
+def test_missing_model_directory_exits_2(tmp_path):
+    r = moeperf("run", "--model.path", str(tmp_path / "no-model"))
+    assert r.returncode == 2
+    assert "model.path" in r.stderr
+
+
+def test_requests_longer_than_the_context_exit_2():
+    r = moeperf("run", "--model.max_model_len", "64")
+    assert r.returncode == 2
+    assert "max_model_len=64" in r.stderr
+
+
+def test_validate_accepts_the_shipped_experiments():
+    r = moeperf("validate", "experiments/quick-cpu.yaml", cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+    assert r.returncode == 0, r.stderr

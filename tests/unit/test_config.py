@@ -1,0 +1,96 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.config import ConfigError, ExperimentConfig, load_experiment, parse_experiment
+from moe_opt.flags import OptimizationFlags
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_embedded_default_is_the_quick_cpu_experiment():
+    assert load_experiment(REPO / "experiments" / "quick-cpu.yaml") == ExperimentConfig()
+
+
+def test_default_has_baseline_and_all_optimizations_arms():
+    arms = {a.name: a.flags for a in ExperimentConfig().arms}
+    assert arms["baseline"].is_baseline()
+    assert arms["all-optimizations"] == OptimizationFlags(swap_ab=True, moe_backend="triton", no_respecialize=True)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_experiment_file_validates(path):
+    cfg = load_experiment(path)
+    assert cfg.arms
+
+
+def test_every_yaml_file_in_the_repo_parses():
+    skip = {".git", "runs", "node_modules"}
+    files = [p for p in REPO.rglob("*.y*ml") if not skip & set(p.relative_to(REPO).parts)]
+    assert files
+    for p in files:
+        assert yaml.safe_load(p.read_text()) is not None, p
+
+
+def test_unknown_key_is_rejected_with_its_field_path():
+    with pytest.raises(ConfigError) as e:
+        parse_experiment({"engine": {"tensor_paralel_size": 8}}, "exp.yaml")
+    assert "exp.yaml" in str(e.value)
+    assert "engine.tensor_paralel_size" in str(e.value)
+
+
+def test_bad_value_names_the_field():
+    with pytest.raises(ConfigError) as e:
+        parse_experiment({"workload": {"speedup": -1}}, "x.yaml")
+    assert "workload.speedup" in str(e.value)
+
+
+def test_duplicate_arm_names_rejected():
+    with pytest.raises(ConfigError, match="duplicate arm name"):
+        parse_experiment({"arms": [{"name": "a"}, {"name": "a"}]})
+
+
+def test_chaos_must_name_a_real_arm():
+    with pytest.raises(ConfigError, match="unknown arm"):
+        parse_experiment({"arms": [{"name": "a"}], "chaos": {"kill_engine_after_records": {"b": 1}}})
+
+
+def test_meaningless_flag_combination_is_a_config_error():
+    with pytest.raises(ConfigError, match="arms.0.flags"):
+        parse_experiment({"arms": [{"name": "a", "flags": {"swap_ab": True, "moe_backend": "flashinfer_cutlass"}}]})
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\narms: [\n  - {name: a\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:\d+: not valid YAML"):
+        load_experiment(p)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_experiment(tmp_path / "nope.yaml")
+
+
+def test_gpu_shape_of_the_same_file():
+    cfg = parse_experiment({
+        "model": {"path": "/models/mixtral", "load_format": "dummy", "quantization": "fp8"},
+        "engine": {"device": "cuda", "tensor_parallel_size": 8, "accelerator_type": "H200"},
+    })
+    assert cfg.engine.tensor_parallel_size == 8
+
+
+def test_every_field_is_described():
+    missing = []
+
+    def walk(model, prefix=""):
+        for name, f in model.model_fields.items():
+            if not f.description and name not in ("schema_version",):
+                missing.append(prefix + name)
+            ann = f.annotation
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                walk(ann, prefix + name + ".")
+
+    walk(ExperimentConfig)
+    assert missing == []
