@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     errors: dict = {}
     for name in args.shapes.split(","):
         rows += bench_shape(name, batches, args.dtypes.split(","), ceilings, errors)
+        partial = {"env": env, "ceilings": ceilings, "errors": errors, "rows": rows, "partial": True}
+        (out / "bench.json").write_text(json.dumps(partial, indent=1))  # survives a cut-short run
     summary = summarize(rows, ceilings, errors)
     (out / "bench.json").write_text(
         json.dumps({"env": env, "ceilings": ceilings, "errors": errors, "rows": rows}, indent=1)
