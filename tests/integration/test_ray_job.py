@@ -1,0 +1,53 @@
+"""The documented cluster path: `ray job submit --working-dir . -- python -m cluster.run ...`
+against a real `ray start --head` (token authentication on, as Ray 2.60 defaults)."""
+
+import json
+import socket
+import subprocess
+
+import pytest
+
+from tests.integration.conftest import REPO, clean_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    env = clean_env() | {"RAY_AUTH_MODE": "token"}
+    gcs_port, dash_port = _free_port(), _free_port()
+    subprocess.run(
+        ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port),
+         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port), "--num-cpus", "2",
+         "--disable-usage-stats"],
+        check=True, env=env, capture_output=True, timeout=180,
+    )
+    try:
+        yield f"http://127.0.0.1:{dash_port}", env
+    finally:
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_ray_job_submit_runs_the_experiment(ray_head, tmp_path):
+    address, env = ray_head
+    out_dir = tmp_path / "runs"
+    r = subprocess.run(
+        ["ray", "job", "submit", "--address", address, "--working-dir", ".", "--",
+         "python", "-m", "cluster.run", "experiments/quick-cpu.yaml", "--output_dir", str(out_dir),
+         "--set", "workload.trace={kind: azure, max_requests: 4}", "--workload.speedup", "8",
+         "--client.warmup_requests", "1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "succeeded" in r.stdout + r.stderr
+    (run_dir,) = list(out_dir.iterdir())
+    res = json.loads((run_dir / "result.json").read_text())
+    assert res["status"] == "ok"
+    assert [a["requests_succeeded"] for a in res["arms"]] == [4, 4]
+    assert res["command"][1:3] == ["experiments/quick-cpu.yaml", "--output_dir"]
