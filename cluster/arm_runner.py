@@ -40,8 +40,15 @@ def _reason(err: BaseException) -> tuple[str, str | None]:
 
 
 class ArmRunner:
-    def __init__(self, cfg: ExperimentConfig, arm: ArmSpec, device: Device, run_dir: Path,
-                 requests: list[PlannedRequest], on_records: Callable[[str, int], None]) -> None:
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        arm: ArmSpec,
+        device: Device,
+        run_dir: Path,
+        requests: list[PlannedRequest],
+        on_records: Callable[[str, int], None],
+    ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
         self.requests, self.on_records = requests, on_records
         self.records: list[RequestRecord] = []
@@ -75,10 +82,14 @@ class ArmRunner:
             ray.get(self.engine.warmup.remote(self.cfg.client.warmup_requests))
             # The engine binds loopback by default: the client must then share its node. It is
             # started (and its imports paid for) now, so it is ready before the common start time.
-            self.client = ray.remote(ClientActor).options(
-                num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(self.info.node_id, soft=False),
-            ).remote()
+            self.client = (
+                ray.remote(ClientActor)
+                .options(
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.info.node_id, soft=False),
+                )
+                .remote()
+            )
             ray.get(self.client.ready.remote())
             return True
         except PlacementError as e:
@@ -91,8 +102,13 @@ class ArmRunner:
         assert self.info is not None
         lo, hi = ray.get(self.engine.prompt_id_range.remote())
         settings = ClientSettings(
-            base_url=self.info.url, model=self.cfg.model.served_name, arm=self.arm.name, vocab_lo=lo, vocab_hi=hi,
-            seed=self.cfg.workload.seed, max_in_flight=self.cfg.client.max_in_flight,
+            base_url=self.info.url,
+            model=self.cfg.model.served_name,
+            arm=self.arm.name,
+            vocab_lo=lo,
+            vocab_hi=hi,
+            seed=self.cfg.workload.seed,
+            max_in_flight=self.cfg.client.max_in_flight,
             request_timeout_s=self.cfg.client.request_timeout_s,
         )
         kill_after = self.cfg.chaos.kill_engine_after_records.get(self.arm.name)

@@ -50,9 +50,15 @@ def add_model_options(parser: argparse.ArgumentParser, model: type[BaseModel]) -
         if choices:
             help_text += f" {{{', '.join(map(str, choices))}}}"
         group.add_argument(f"--{path}", dest=f"override:{path}", metavar="VALUE", help=help_text.replace("%", "%%"))
-    group.add_argument("--set", dest="override_set", action="append", default=[], metavar="PATH=YAML",
-                       help="Set any field, e.g. --set 'workload.trace={kind: synthetic, num_requests: 4, "
-                       "input_tokens: 8, output_tokens: 4, rate_rps: 2}'")
+    group.add_argument(
+        "--set",
+        dest="override_set",
+        action="append",
+        default=[],
+        metavar="PATH=YAML",
+        help="Set any field, e.g. --set 'workload.trace={kind: synthetic, num_requests: 4, "
+        "input_tokens: 8, output_tokens: 4, rate_rps: 2}'",
+    )
 
 
 def collect_overrides(ns: argparse.Namespace) -> dict[str, Any]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import ray
 import yaml
@@ -64,9 +66,9 @@ def connect_ray(cfg: ExperimentConfig) -> bool:
     if ray.is_initialized():
         return False
     if address:
-        ray.init(address=address, logging_level="WARNING")
+        ray.init(address=address, logging_level=logging.WARNING)
         return False
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, logging_level=logging.WARNING)
     return True
 
 
@@ -101,7 +103,7 @@ class Driver:
         with self.bar_lock:
             self.bars[arm].update(n)
 
-    def _write_inputs(self, schedule: Schedule) -> dict[str, object]:
+    def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
         env = {"driver": node_environment()}
@@ -113,13 +115,17 @@ class Driver:
         schedule = plan(self.cfg, self.base_dir)
         started_ray = connect_ray(self.cfg)
         runners: list[ArmRunner] = []
+        env: dict[str, Any] = {}
         interrupted = False
         try:
             device = resolve_device(self.cfg)
             check_platform(self.cfg, device)
             env = self._write_inputs(schedule)
-            print(f"moeperf run {self.run_id}: {len(self.cfg.arms)} arm(s) on {device}, "
-                  f"{len(schedule.requests)} requests over {schedule.duration_s:.1f} s -> {self.run_dir}", flush=True)
+            print(
+                f"moeperf run {self.run_id}: {len(self.cfg.arms)} arm(s) on {device}, "
+                f"{len(schedule.requests)} requests over {schedule.duration_s:.1f} s -> {self.run_dir}",
+                flush=True,
+            )
             runners = [
                 ArmRunner(self.cfg, arm, device, self.run_dir, schedule.requests, self._progress)
                 for arm in self.cfg.arms
@@ -140,15 +146,21 @@ class Driver:
                 r.stop()
             for bar in self.bars.values():
                 bar.close()
-        result = self._result(schedule, runners, env if runners else {}, interrupted)
+        result = self._result(schedule, runners, env, interrupted)
         (self.run_dir / "result.json").write_text(result.model_dump_json(indent=1))
         if started_ray:
             ray.shutdown()
         return result
 
     def _bar(self, r: ArmRunner, position: int = 0) -> None:
-        self.bars[r.arm.name] = tqdm(total=len(r.requests), desc=f"{r.arm.name:>20}", unit="req",
-                                     position=position, dynamic_ncols=True, leave=True)
+        self.bars[r.arm.name] = tqdm(
+            total=len(r.requests),
+            desc=f"{r.arm.name:>20}",
+            unit="req",
+            position=position,
+            dynamic_ncols=True,
+            leave=True,
+        )
 
     def _run_arm(self, r: ArmRunner) -> None:
         print(f"arm {r.arm.name}: starting engine ({r.arm.flags.describe()})", flush=True)
@@ -178,12 +190,15 @@ class Driver:
             while t.is_alive():
                 t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
 
-    def _result(self, schedule: Schedule, runners: list[ArmRunner], env: dict[str, object],
-                interrupted: bool) -> RunResult:
+    def _result(
+        self, schedule: Schedule, runners: list[ArmRunner], env: dict[str, object], interrupted: bool
+    ) -> RunResult:
         arms = [r.result(interrupted) for r in runners]
         notes = [f"arm {r.arm.name}: {n}" for r in runners for n in r.notes]
         if schedule.clipped_input or schedule.clipped_output:
-            notes.append(f"clipped to the engine: {schedule.clipped_input} prompt(s), {schedule.clipped_output} output(s)")
+            notes.append(
+                f"clipped to the engine: {schedule.clipped_input} prompt(s), {schedule.clipped_output} output(s)"
+            )
         status = "interrupted" if interrupted else ("ok" if arms and all(a.status == "ok" for a in arms) else "failed")
         return RunResult(
             run_id=self.run_id,
@@ -194,8 +209,12 @@ class Driver:
             command=self.command,
             config=self.cfg.model_dump(mode="json"),
             environment=env,
-            schedule=ScheduleInfo(requests=len(schedule.requests), duration_s=schedule.duration_s,
-                                  clipped_input=schedule.clipped_input, clipped_output=schedule.clipped_output),
+            schedule=ScheduleInfo(
+                requests=len(schedule.requests),
+                duration_s=schedule.duration_s,
+                clipped_input=schedule.clipped_input,
+                clipped_output=schedule.clipped_output,
+            ),
             arms=arms,
             notes=notes,
         )

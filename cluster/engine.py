@@ -42,19 +42,38 @@ def prompt_id_range(model: ModelSpec, model_path: str) -> tuple[int, int]:
     return 1000, min(int(vocab), 32000)
 
 
-def server_argv(model: ModelSpec, model_path: str, engine: EngineSpec, flags: OptimizationFlags,
-                device: Device, host: str, port: int) -> list[str]:
+def server_argv(
+    model: ModelSpec,
+    model_path: str,
+    engine: EngineSpec,
+    flags: OptimizationFlags,
+    device: Device,
+    host: str,
+    port: int,
+) -> list[str]:
     gpu_mem = engine.gpu_memory_utilization or (0.12 if device == "cpu" else 0.9)
     argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model_path,
-        "--served-model-name", model.served_name,
-        "--host", host, "--port", str(port),
-        "--load-format", model.load_format,
-        "--dtype", model.dtype,
-        "--max-model-len", str(model.max_model_len),
-        "--tensor-parallel-size", str(engine.tensor_parallel_size),
-        "--gpu-memory-utilization", str(gpu_mem),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path,
+        "--served-model-name",
+        model.served_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--load-format",
+        model.load_format,
+        "--dtype",
+        model.dtype,
+        "--max-model-len",
+        str(model.max_model_len),
+        "--tensor-parallel-size",
+        str(engine.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        str(gpu_mem),
     ]
     if engine.tensor_parallel_size > 1:
         argv += ["--distributed-executor-backend", "mp"]
@@ -83,8 +102,15 @@ def server_env(engine: EngineSpec, flags: OptimizationFlags, device: Device, gpu
 class EngineActor:
     """Owns the server; every method is quick except ``start``, which blocks until healthy."""
 
-    def __init__(self, arm: str, flags: OptimizationFlags, model: ModelSpec, engine: EngineSpec,
-                 device: Device, gpu_ids: list[str]) -> None:
+    def __init__(
+        self,
+        arm: str,
+        flags: OptimizationFlags,
+        model: ModelSpec,
+        engine: EngineSpec,
+        device: Device,
+        gpu_ids: list[str],
+    ) -> None:
         self.arm, self.flags, self.model, self.engine = arm, flags, model, engine
         self.device, self.gpu_ids = device, gpu_ids
         self.server: ServerProcess | None = None
@@ -131,10 +157,12 @@ class EngineActor:
         assert self.server is not None
         lo, _ = self.prompt_id_range()
         for i in range(num_requests):
-            body = json.dumps({"model": self.model.served_name, "prompt": [lo + i] * 8, "max_tokens": 4,
-                               "ignore_eos": True}).encode()
-            req = urllib.request.Request(f"{self.server.url}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+            body = json.dumps(
+                {"model": self.model.served_name, "prompt": [lo + i] * 8, "max_tokens": 4, "ignore_eos": True}
+            ).encode()
+            req = urllib.request.Request(
+                f"{self.server.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(req, timeout=self.engine.startup_timeout_s) as r:
                 r.read()
         return num_requests

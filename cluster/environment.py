@@ -49,7 +49,10 @@ def gpus() -> list[dict[str, str]]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,name,uuid,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return []

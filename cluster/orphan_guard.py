@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 POLL_S = 1.0
 GRACE_S = 10.0

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from cluster.config import ExperimentConfig
 from workloads.results import RunResult
 
-SCHEMAS = {"result.schema.json": RunResult, "experiment.schema.json": ExperimentConfig}
+SCHEMAS: dict[str, type[BaseModel]] = {"result.schema.json": RunResult, "experiment.schema.json": ExperimentConfig}
 
 
 def render(name: str) -> str:

@@ -7,11 +7,11 @@ and worker processes vLLM forks.
 
 from __future__ import annotations
 
-import sys
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -57,7 +57,11 @@ class ServerProcess:
         log = self.log_path.open("ab")
         guarded = [sys.executable, "-m", "cluster.orphan_guard", "--", *self.argv]
         self.proc = subprocess.Popen(
-            guarded, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            guarded,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         log.close()

@@ -82,17 +82,33 @@ def _tokenizer_json() -> dict[str, object]:
         "truncation": None,
         "padding": None,
         "added_tokens": [
-            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
             for i, t in enumerate(SPECIAL_TOKENS)
         ],
         "normalizer": None,
         "pre_tokenizer": None,
         "post_processor": None,
         "decoder": {"type": "Fuse"},
-        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False, "vocab": vocab, "merges": []},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
     }
 
 

@@ -122,7 +122,7 @@ async def replay(
             except aiohttp.ClientConnectorError as e:
                 engine_down.set()
                 rec = _failed(req, settings, clock, sent_s, f"connect failed: {e}")
-            except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as e:
+            except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as e:
                 rec = _failed(req, settings, clock, sent_s, f"{type(e).__name__}: {e}")
             finally:
                 if limit is not None:

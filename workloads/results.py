@@ -14,7 +14,7 @@ from moe_opt.flags import OptimizationFlags
 from workloads.metrics import ArmSummary
 from workloads.records import RequestRecord
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION: Literal[1] = 1
 
 
 class _Model(BaseModel):
@@ -50,7 +50,9 @@ class ArmResult(_Model):
     requests_failed: int = Field(description="Sent but not finished successfully.")
     requests_not_sent: int = Field(description="Never sent (engine down or run stopped).")
     summary: ArmSummary | None = None
-    records_file: str = Field(description="JSON Lines file (relative to the run folder), appended as requests finished.")
+    records_file: str = Field(
+        description="JSON Lines file (relative to the run folder), appended as requests finished."
+    )
     records: list[RequestRecord] = Field(default_factory=list)
 
 

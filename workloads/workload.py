@@ -18,8 +18,12 @@ class WorkloadSpec(BaseModel):
     speedup: float = Field(1.0, gt=0, description="Replay the trace's timestamps this many times faster.")
     input_scale: float = Field(1.0, gt=0, description="Multiply every prompt length by this (then round).")
     output_scale: float = Field(1.0, gt=0, description="Multiply every output length by this (then round).")
-    max_input_tokens: int | None = Field(None, ge=1, description="Clip prompt lengths to this; clipped rows are counted.")
-    max_output_tokens: int | None = Field(None, ge=1, description="Clip output lengths to this; clipped rows are counted.")
+    max_input_tokens: int | None = Field(
+        None, ge=1, description="Clip prompt lengths to this; clipped rows are counted."
+    )
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="Clip output lengths to this; clipped rows are counted."
+    )
     seed: int = Field(0, description="Seed of prompt token synthesis: same seed, same prompts.")
 
 

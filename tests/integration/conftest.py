@@ -23,9 +23,14 @@ def clean_env() -> dict[str, str]:
 
 
 def small_experiment(tmp_path: Path, **overrides) -> Path:
-    """Two arms, a handful of short requests: enough to cross every part of the real path."""
+    """Two arms, a handful of short requests: enough to cross every part of the real path.
+
+    The served model name is unique to the test, so leftover-process checks see only this
+    test's engines even when other runs share the machine.
+    """
     exp = {
         "name": "it",
+        "model": {"served_name": served_name_for(tmp_path)},
         "output_dir": str(tmp_path / "runs"),
         "workload": {
             "trace": {"kind": "azure", "max_requests": 6},
@@ -53,25 +58,38 @@ def load_result(run_dir: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
 
 
-def vllm_servers() -> list[psutil.Process]:
+def served_name_for(tmp_path: Path) -> str:
+    return f"it-{tmp_path.name}-{os.getpid()}"
+
+
+def vllm_servers(marker: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "vllm.entrypoints.openai.api_server" in cmd or "cluster.orphan_guard" in cmd:
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if marker in cmd and ("vllm.entrypoints.openai.api_server" in cmd or "cluster.orphan_guard" in cmd):
             found.append(p)
     return found
 
 
 def moeperf_run(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, env=clean_env(), cwd=REPO, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(),
+        cwd=REPO,
+        **kw,
+    )
 
 
 @pytest.fixture(autouse=True)
-def no_engine_left_behind():
-    assert vllm_servers() == [], "a vLLM server from before this test is still running"
+def no_engine_left_behind(tmp_path):
     yield
-    left = vllm_servers()
+    left = vllm_servers(served_name_for(tmp_path))
     for p in left:
         p.kill()
     assert left == [], "the run left vLLM server processes behind"

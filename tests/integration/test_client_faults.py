@@ -60,7 +60,9 @@ def test_every_token_timed_and_usage_recorded():
     async def main():
         runner, url = await _serve(streaming_handler)
         try:
-            reqs = [PlannedRequest(index=i, send_offset_s=0.01 * i, prompt_tokens=5 + i, max_tokens=4) for i in range(5)]
+            reqs = [
+                PlannedRequest(index=i, send_offset_s=0.01 * i, prompt_tokens=5 + i, max_tokens=4) for i in range(5)
+            ]
             return await collect(reqs, settings(url, max_in_flight=2))
         finally:
             await runner.cleanup()

@@ -17,8 +17,9 @@ def test_engine_killed_mid_run_fails_its_arm_and_keeps_records(tmp_path):
         tmp_path,
         placement="parallel",
         chaos={"kill_engine_after_records": {"all-optimizations": 2}},
-        workload={"trace": {"kind": "synthetic", "num_requests": 12, "input_tokens": 16, "output_tokens": 8,
-                            "rate_rps": 4}},
+        workload={
+            "trace": {"kind": "synthetic", "num_requests": 12, "input_tokens": 16, "output_tokens": 8, "rate_rps": 4}
+        },
     )
     r = moeperf_run(str(exp))
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
@@ -41,11 +42,18 @@ def test_ctrl_c_stops_engines_and_writes_what_finished(tmp_path):
     exp = small_experiment(
         tmp_path,
         arms=[{"name": "only"}],
-        workload={"trace": {"kind": "synthetic", "num_requests": 400, "input_tokens": 16, "output_tokens": 8,
-                            "rate_rps": 4}},
+        workload={
+            "trace": {"kind": "synthetic", "num_requests": 400, "input_tokens": 16, "output_tokens": 8, "rate_rps": 4}
+        },
     )
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "run", str(exp)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=clean_env(), cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "run", str(exp)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=clean_env(),
+        cwd=REPO,
+    )
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:  # block on the driver's own words, not on a clock
@@ -62,8 +70,7 @@ def test_ctrl_c_stops_engines_and_writes_what_finished(tmp_path):
 
 
 def test_arm_that_cannot_be_placed_fails_fast_with_what_is_missing(tmp_path):
-    exp = small_experiment(tmp_path, engine={"cpus_per_engine": 64, "placement_timeout_s": 5},
-                           arms=[{"name": "huge"}])
+    exp = small_experiment(tmp_path, engine={"cpus_per_engine": 64, "placement_timeout_s": 5}, arms=[{"name": "huge"}])
     r = moeperf_run(str(exp), timeout=180)
     assert r.returncode == 1
     arm = load_result(run_dir_of(tmp_path))["arms"][0]

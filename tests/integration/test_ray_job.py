@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.conftest import REPO, clean_env
+from tests.integration.conftest import REPO, clean_env, served_name_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,10 +23,26 @@ def ray_head(tmp_path):
     env = clean_env() | {"RAY_AUTH_MODE": "token"}
     gcs_port, dash_port = _free_port(), _free_port()
     subprocess.run(
-        ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port),
-         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash_port), "--num-cpus", "2",
-         "--disable-usage-stats"],
-        check=True, env=env, capture_output=True, timeout=180,
+        [
+            "ray",
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(gcs_port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dash_port),
+            "--num-cpus",
+            "2",
+            "--disable-usage-stats",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=180,
     )
     try:
         yield f"http://127.0.0.1:{dash_port}", env
@@ -38,11 +54,33 @@ def test_ray_job_submit_runs_the_experiment(ray_head, tmp_path):
     address, env = ray_head
     out_dir = tmp_path / "runs"
     r = subprocess.run(
-        ["ray", "job", "submit", "--address", address, "--working-dir", ".", "--",
-         "python", "-m", "cluster.run", "experiments/quick-cpu.yaml", "--output_dir", str(out_dir),
-         "--set", "workload.trace={kind: azure, max_requests: 4}", "--workload.speedup", "8",
-         "--client.warmup_requests", "1"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            "ray",
+            "job",
+            "submit",
+            "--address",
+            address,
+            "--working-dir",
+            ".",
+            "--",
+            "python",
+            "-m",
+            "cluster.run",
+            "experiments/quick-cpu.yaml",
+            "--output_dir",
+            str(out_dir),
+            "--set",
+            "workload.trace={kind: azure, max_requests: 4}",
+            "--workload.speedup",
+            "8",
+            "--client.warmup_requests",
+            "1",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "succeeded" in r.stdout + r.stderr

@@ -9,8 +9,9 @@ from cluster.config import ExperimentConfig, parse_experiment
 
 
 def moeperf(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def test_every_scalar_field_has_an_option():
@@ -21,9 +22,17 @@ def test_every_scalar_field_has_an_option():
 
 
 def test_overrides_are_validated_like_the_file():
-    ns = build_parser().parse_args(["run", "--engine.tensor_parallel_size", "8", "--model.quantization", "fp8",
-                                    "--set", "workload.trace={kind: synthetic, num_requests: 3, input_tokens: 4, "
-                                    "output_tokens: 2, rate_rps: 1}"])
+    ns = build_parser().parse_args(
+        [
+            "run",
+            "--engine.tensor_parallel_size",
+            "8",
+            "--model.quantization",
+            "fp8",
+            "--set",
+            "workload.trace={kind: synthetic, num_requests: 3, input_tokens: 4, output_tokens: 2, rate_rps: 1}",
+        ]
+    )
     cfg = parse_experiment(apply_overrides({}, collect_overrides(ns)))
     assert cfg.engine.tensor_parallel_size == 8
     assert cfg.model.quantization == "fp8"

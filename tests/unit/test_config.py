@@ -74,10 +74,12 @@ def test_missing_file(tmp_path):
 
 
 def test_gpu_shape_of_the_same_file():
-    cfg = parse_experiment({
-        "model": {"path": "/models/mixtral", "load_format": "dummy", "quantization": "fp8"},
-        "engine": {"device": "cuda", "tensor_parallel_size": 8, "accelerator_type": "H200"},
-    })
+    cfg = parse_experiment(
+        {
+            "model": {"path": "/models/mixtral", "load_format": "dummy", "quantization": "fp8"},
+            "engine": {"device": "cuda", "tensor_parallel_size": 8, "accelerator_type": "H200"},
+        }
+    )
     assert cfg.engine.tensor_parallel_size == 8
 
 

@@ -7,9 +7,17 @@ from workloads.records import RequestRecord
 
 def rec(index, send, tokens, *, error=None, intended=None):
     return RequestRecord(
-        index=index, arm="a", intended_send_s=send if intended is None else intended, actual_send_s=send,
-        first_token_s=tokens[0] if tokens else None, token_times_s=tokens, end_s=(tokens[-1] if tokens else send),
-        prompt_tokens_requested=4, output_tokens_requested=len(tokens), output_tokens=len(tokens), error=error,
+        index=index,
+        arm="a",
+        intended_send_s=send if intended is None else intended,
+        actual_send_s=send,
+        first_token_s=tokens[0] if tokens else None,
+        token_times_s=tokens,
+        end_s=(tokens[-1] if tokens else send),
+        prompt_tokens_requested=4,
+        output_tokens_requested=len(tokens),
+        output_tokens=len(tokens),
+        error=error,
     )
 
 

@@ -8,8 +8,14 @@ from workloads.workload import WorkloadSpec, build_schedule
 
 
 def test_scaling_and_clipping_are_counted_never_silent():
-    spec = WorkloadSpec(trace=AzureTraceSpec(max_requests=50), input_scale=0.5, max_input_tokens=300,
-                        output_scale=1.0, max_output_tokens=100, speedup=4)
+    spec = WorkloadSpec(
+        trace=AzureTraceSpec(max_requests=50),
+        input_scale=0.5,
+        max_input_tokens=300,
+        output_scale=1.0,
+        max_output_tokens=100,
+        speedup=4,
+    )
     s = build_schedule(spec)
     assert len(s.requests) == 50
     assert all(r.prompt_tokens <= 300 and r.max_tokens <= 100 for r in s.requests)
@@ -31,7 +37,8 @@ def test_prompt_ids_have_exact_length_and_range():
 
 
 def test_shards_partition_the_schedule():
-    reqs = build_schedule(WorkloadSpec(trace=SyntheticTraceSpec(num_requests=10, input_tokens=1, output_tokens=1,
-                                                                rate_rps=1))).requests
+    reqs = build_schedule(
+        WorkloadSpec(trace=SyntheticTraceSpec(num_requests=10, input_tokens=1, output_tokens=1, rate_rps=1))
+    ).requests
     parts = [shard(reqs, 3, i) for i in range(3)]
     assert sorted(r.index for p in parts for r in p) == list(range(10))
