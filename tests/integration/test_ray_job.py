@@ -75,6 +75,8 @@ def test_ray_job_submit_runs_the_experiment(ray_head, tmp_path):
             "8",
             "--client.warmup_requests",
             "1",
+            "--model.served_name",
+            served_name_for(tmp_path),
         ],
         cwd=REPO,
         env=env,
