@@ -66,6 +66,28 @@ def cmd_show_default(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DELEGATED = {
+    # command: (module, help). Each module has main(argv: list[str]) -> int and owns its own options.
+    "trace": ("workloads.trace_cli", "Inspect traces before replaying them: moeperf trace stats FILE --kind KIND."),
+    "report": ("analysis.report_cli", "Render the report of a saved run: moeperf report runs/<id>."),
+    "nightly": ("cluster.nightly", "Run the nightly experiment and gate on regressions against history."),
+}
+
+
+def _delegate(module: str) -> Any:
+    def run(ns: argparse.Namespace) -> int:
+        import importlib
+
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            print(f"moeperf: this command is not available yet ({e})", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return int(mod.main(ns.args))
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moeperf", description="A/B load tests of MoE kernel optimizations on vLLM.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -81,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     sch.set_defaults(func=cmd_schema)
     dflt = sub.add_parser("default", help="Print the embedded default experiment as YAML.")
     dflt.set_defaults(func=cmd_show_default)
+    for name, (module, help_text) in DELEGATED.items():
+        d = sub.add_parser(name, help=help_text, add_help=False)
+        d.add_argument("args", nargs=argparse.REMAINDER)
+        d.set_defaults(func=_delegate(module))
     return p
 
 
