@@ -23,10 +23,7 @@ def plot_bench(rows: list[dict], out: Path) -> None:
                     pts = sorted(
                         (r["num_tokens"], r[metric])
                         for r in rows
-                        if r["shape"] == name
-                        and r["impl"] == "triton"
-                        and r["dtype"] == dtype
-                        and r["swap_ab"] == swap
+                        if r["shape"] == name and r["impl"] == "triton" and r["dtype"] == dtype and r["swap_ab"] == swap
                     )
                     if pts:
                         ax.plot(

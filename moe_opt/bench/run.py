@@ -53,15 +53,11 @@ def bench_shape(name: str, batches: list[int], dtypes: list[str], ceilings: dict
         for swap in (False, True):
             sw = KernelSwitches(swap_ab=swap, respecialize=False, dtype=dtype)  # type: ignore[arg-type]
             plans = {
-                t: plan_fused_moe(
-                    t, shape.num_experts, shape.hidden_size, shape.intermediate_size, shape.top_k, sw
-                )
+                t: plan_fused_moe(t, shape.num_experts, shape.hidden_size, shape.intermediate_size, shape.top_k, sw)
                 for t in batches
             }
             variants = {
-                (g, gp.tile, gp.swap_ab_applied)
-                for p in plans.values()
-                for g, gp in ((1, p.gemm1), (2, p.gemm2))
+                (g, gp.tile, gp.swap_ab_applied) for p in plans.values() for g, gp in ((1, p.gemm1), (2, p.gemm2))
             }
             t0 = time.perf_counter()
             precompile_gemms(layers[0], shape.top_k, sw, variants)
@@ -78,9 +74,9 @@ def bench_shape(name: str, batches: list[int], dtypes: list[str], ceilings: dict
                     for ly in layers
                 ]
                 ms = time_graph_ms(fns)
-                active = sum(
-                    torch.unique(topk_softmax(ly.logits[:t], shape.top_k)[1]).numel() for ly in layers
-                ) / len(layers)
+                active = sum(torch.unique(topk_softmax(ly.logits[:t], shape.top_k)[1]).numel() for ly in layers) / len(
+                    layers
+                )
                 nbytes, nflops = bytes_moved_min(shape, dtype, t, active), flops(shape, t)
                 rows.append(
                     {
@@ -110,9 +106,7 @@ def bench_shape(name: str, batches: list[int], dtypes: list[str], ceilings: dict
             # Correctness on the same layers: the figure behind max_abs_error_vs_torch.
             ly = layers[0]
             for t in ERROR_BATCHES:
-                out = fused_moe(
-                    ly.x[:t], ly.w13, ly.w2, ly.logits[:t], shape.top_k, switches=sw, scales=ly.scales
-                )
+                out = fused_moe(ly.x[:t], ly.w13, ly.w2, ly.logits[:t], shape.top_k, switches=sw, scales=ly.scales)
                 ref = fused_moe_torch(
                     ly.x[:t], ly.w13, ly.w2, ly.logits[:t], shape.top_k, switches=sw, scales=ly.scales
                 )
@@ -158,9 +152,7 @@ def summarize(rows: list[dict], ceilings: dict, errors: dict) -> dict:
             if best:
                 decode.setdefault(name, {})[dtype] = min(best.values())
         t_by = {
-            (r["num_tokens"], r["swap_ab"]): r["time_ms"]
-            for r in tri
-            if r["shape"] == name and r["dtype"] == "fp8"
+            (r["num_tokens"], r["swap_ab"]): r["time_ms"] for r in tri if r["shape"] == name and r["dtype"] == "fp8"
         }
         ratios = [t_by[(t, False)] / t_by[(t, True)] for t, s in t_by if s and t <= 16 and (t, False) in t_by]
         if ratios:

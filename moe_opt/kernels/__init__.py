@@ -21,7 +21,12 @@ from moe_opt.kernels.fused_moe import (
     plan_fused_moe,
 )
 from moe_opt.kernels.moe_gemm import moe_gemm, moe_gemm_torch
-from moe_opt.kernels.routing import topk_softmax, topk_softmax_torch
+from moe_opt.kernels.routing import (
+    topk_softmax,
+    topk_softmax_quant,
+    topk_softmax_quant_torch,
+    topk_softmax_torch,
+)
 from moe_opt.kernels.switches import Fp8Scales, KernelSwitches, TileConfig, UnsupportedKernelConfig
 from moe_opt.kernels.tile_configs import BATCH_BUCKETS, TileTable, batch_bucket, default_table, table_key
 
@@ -54,5 +59,7 @@ __all__ = [
     "static_fp8_quant_torch",
     "table_key",
     "topk_softmax",
+    "topk_softmax_quant",
+    "topk_softmax_quant_torch",
     "topk_softmax_torch",
 ]

@@ -150,9 +150,7 @@ class CompileCounter:
         return sum(1 for e in self.since(mark) if include_cache_hits or e.cache_hit is not True)
 
     def per_kernel(self, mark: int = 0, include_cache_hits: bool = False) -> dict[str, int]:
-        c: Counter[str] = Counter(
-            e.kernel for e in self.since(mark) if include_cache_hits or e.cache_hit is not True
-        )
+        c: Counter[str] = Counter(e.kernel for e in self.since(mark) if include_cache_hits or e.cache_hit is not True)
         return dict(c)
 
     def compile_seconds(self, mark: int = 0) -> float:

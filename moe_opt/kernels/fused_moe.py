@@ -12,14 +12,13 @@ from dataclasses import dataclass
 import torch
 
 from moe_opt.kernels.activation import (
-    silu_and_mul,
     silu_and_mul_torch,
     static_fp8_quant,
     static_fp8_quant_torch,
 )
 from moe_opt.kernels.align import moe_align_block_size
 from moe_opt.kernels.moe_gemm import moe_gemm
-from moe_opt.kernels.routing import topk_softmax, topk_softmax_torch
+from moe_opt.kernels.routing import topk_softmax, topk_softmax_quant, topk_softmax_torch
 from moe_opt.kernels.switches import Fp8Scales, KernelSwitches, TileConfig, UnsupportedKernelConfig
 from moe_opt.kernels.tile_configs import TileChoice, TileTable, default_table
 
@@ -82,9 +81,7 @@ def _check_inputs(
         raise ValueError("hidden_states [T, H], w13 [E, 2I, H], w2 [E, H, I] expected")
     num_experts, two_i, hidden = w13.shape
     if w2.shape != (num_experts, hidden, two_i // 2) or hidden_states.shape[1] != hidden:
-        raise ValueError(
-            f"shape mismatch: x {tuple(hidden_states.shape)} w13 {tuple(w13.shape)} w2 {tuple(w2.shape)}"
-        )
+        raise ValueError(f"shape mismatch: x {tuple(hidden_states.shape)} w13 {tuple(w13.shape)} w2 {tuple(w2.shape)}")
     if switches.dtype == "fp8":
         if w13.dtype != torch.float8_e4m3fn or w2.dtype != torch.float8_e4m3fn:
             raise UnsupportedKernelConfig("dtype='fp8' needs float8_e4m3fn weights")
@@ -114,6 +111,21 @@ def fused_experts(
     tiles: tuple[TileConfig, TileConfig] | None = None,
 ) -> torch.Tensor:
     """Expert computation given a routing: sum_k w_k * W2[e_k] (silu(W1[e_k] x) * W3[e_k] x)."""
+    return _fused_experts(hidden_states, None, w13, w2, topk_weights, topk_ids, switches, scales, tile_table, tiles)
+
+
+def _fused_experts(
+    hidden_states: torch.Tensor,
+    a1_quantized: torch.Tensor | None,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    switches: KernelSwitches,
+    scales: Fp8Scales | None,
+    tile_table: TileTable | None,
+    tiles: tuple[TileConfig, TileConfig] | None,
+) -> torch.Tensor:
     _check_inputs(hidden_states, w13, w2, switches, scales)
     num_tokens, hidden = hidden_states.shape
     num_experts, two_i, _ = w13.shape
@@ -123,7 +135,12 @@ def fused_experts(
         return out
     plan = plan_fused_moe(num_tokens, num_experts, hidden, two_i // 2, top_k, switches, tile_table, tiles)
     fp8 = switches.dtype == "fp8"
-    a1 = static_fp8_quant(hidden_states, scales.a1_scale) if fp8 and scales is not None else hidden_states
+    if a1_quantized is not None:
+        a1 = a1_quantized
+    elif fp8 and scales is not None:
+        a1 = static_fp8_quant(hidden_states, scales.a1_scale)
+    else:
+        a1 = hidden_states
 
     aligned: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for gp in (plan.gemm1, plan.gemm2):
@@ -140,13 +157,14 @@ def fused_experts(
         scales.a1_scale if fp8 and scales is not None else None,
         scales.w13_scale if fp8 and scales is not None else None,
     )  # fmt: skip
-    cache2 = silu_and_mul(cache1, scales.a2_scale if fp8 and scales is not None else None)
     cache3 = torch.empty((num_slots, hidden), dtype=torch.bfloat16, device=hidden_states.device)
+    # SiLU-and-multiply (and FP8 re-quantisation) run inside GEMM2's A load: see moe_gemm.
     moe_gemm(
-        cache2, w2, cache3, topk_weights, *aligned[plan.gemm2.tile.block_m], top_k, 1, plan.gemm2.tile,
+        cache1, w2, cache3, topk_weights, *aligned[plan.gemm2.tile.block_m], top_k, 1, plan.gemm2.tile,
         plan.gemm2.swap_ab_applied, switches.respecialize,
         scales.a2_scale if fp8 and scales is not None else None,
         scales.w2_scale if fp8 and scales is not None else None,
+        a_silu_mul=True,
     )  # fmt: skip
     torch.sum(cache3.view(num_tokens, top_k, hidden), dim=1, out=out)
     return out
@@ -211,7 +229,17 @@ def fused_moe(
     tile_table: TileTable | None = None,
     tiles: tuple[TileConfig, TileConfig] | None = None,
 ) -> torch.Tensor:
-    """Whole MoE layer forward (Triton): hidden_states [T, H] bf16 -> [T, H] bf16."""
+    """Whole MoE layer forward (Triton): hidden_states [T, H] bf16 -> [T, H] bf16.
+
+    Launches: routing (with the FP8 input quantisation folded in), alignment, GEMM1, GEMM2 (with
+    SiLU-and-mul folded in), and the top-k sum; a decode step is short enough for each launch to count.
+    """
+    if switches.dtype == "fp8" and scales is not None:
+        _check_inputs(hidden_states, w13, w2, switches, scales)
+        topk_weights, topk_ids, a1 = topk_softmax_quant(
+            router_logits, top_k, renormalize, hidden_states, scales.a1_scale
+        )
+        return _fused_experts(hidden_states, a1, w13, w2, topk_weights, topk_ids, switches, scales, tile_table, tiles)
     topk_weights, topk_ids = topk_softmax(router_logits, top_k, renormalize)
     return fused_experts(
         hidden_states, w13, w2, topk_weights, topk_ids,

@@ -49,9 +49,7 @@ class KernelSwitches:
 
     def label(self) -> str:
         """Short stable name used in result files and plots."""
-        return (
-            f"{self.dtype}-swap{'on' if self.swap_ab else 'off'}-respec{'on' if self.respecialize else 'off'}"
-        )
+        return f"{self.dtype}-swap{'on' if self.swap_ab else 'off'}-respec{'on' if self.respecialize else 'off'}"
 
 
 def _is_pow2(x: int) -> bool:

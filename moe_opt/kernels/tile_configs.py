@@ -87,9 +87,7 @@ class TileTable:
     def set(self, key: str, bucket: int, tile: TileConfig) -> None:
         self.entries.setdefault(key, {})[bucket] = tile
 
-    def lookup(
-        self, num_tokens: int, num_experts: int, n: int, k: int, top_k: int, dtype: KernelDtype
-    ) -> TileChoice:
+    def lookup(self, num_tokens: int, num_experts: int, n: int, k: int, top_k: int, dtype: KernelDtype) -> TileChoice:
         rows = self.entries.get(table_key(num_experts, n, k, top_k, dtype))
         if rows:
             bucket = batch_bucket(num_tokens, list(rows))

@@ -44,9 +44,7 @@ def test_small_grid(case, dtype, swap_ab, respecialize):
 @pytest.mark.parametrize("swap_ab", [False, True])
 def test_real_shapes(shape, num_tokens, dtype, swap_ab):
     s = SHAPES[shape]
-    x, w13, w2, logits, scales = make_moe(
-        num_tokens, s.num_experts, s.hidden_size, s.intermediate_size, dtype
-    )
+    x, w13, w2, logits, scales = make_moe(num_tokens, s.num_experts, s.hidden_size, s.intermediate_size, dtype)
     sw = KernelSwitches(swap_ab=swap_ab, respecialize=False, dtype=dtype)
     out = fused_moe(x, w13, w2, logits, s.top_k, switches=sw, scales=scales)
     check_close(out, fused_moe_torch(x, w13, w2, logits, s.top_k, switches=sw, scales=scales), dtype)

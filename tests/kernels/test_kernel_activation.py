@@ -30,6 +30,4 @@ def test_silu_and_mul_matches_twin(rows, inter, quant):
     assert got.shape == (rows, inter) and got.dtype == ref.dtype
     # One rounding step (bf16 or e4m3) may differ where exp() differs in the last bit.
     step = 0.13 if quant else 0.01
-    torch.testing.assert_close(
-        got.float(), ref.float(), rtol=step, atol=step * (scale.item() if quant else 0.01)
-    )
+    torch.testing.assert_close(got.float(), ref.float(), rtol=step, atol=step * (scale.item() if quant else 0.01))

@@ -15,9 +15,7 @@ class _Info:
 def _fire(cache_hit, key="K1"):
     kw = dict(key=key, repr="k[...]", fn=_Info(), compile={}, is_manual_warmup=False, already_compiled=False)
     triton.knobs.runtime.jit_cache_hook(**kw)
-    triton.knobs.compilation.listener(
-        src=None, metadata={}, metadata_group={}, times=_Times(), cache_hit=cache_hit
-    )
+    triton.knobs.compilation.listener(src=None, metadata={}, metadata_group={}, times=_Times(), cache_hit=cache_hit)
     triton.knobs.runtime.jit_post_compile_hook(**kw)
 
 
@@ -64,9 +62,7 @@ def test_skip_requested_by_chained_hook_records_nothing():
     knobs.runtime.jit_cache_hook = lambda **kw: True
     try:
         with CompileCounter() as cc:
-            kw = dict(
-                key="K", repr="r", fn=_Info(), compile={}, is_manual_warmup=True, already_compiled=False
-            )
+            kw = dict(key="K", repr="r", fn=_Info(), compile={}, is_manual_warmup=True, already_compiled=False)
             assert knobs.runtime.jit_cache_hook(**kw) is True
         assert cc.compiles() == 0
     finally:

@@ -32,9 +32,7 @@ def test_topk_softmax_rejects_bad_top_k():
         topk_softmax(torch.randn(2, 4, device=device()), 5)
 
 
-@pytest.mark.parametrize(
-    "num_tokens,top_k,num_experts", [(0, 2, 8), (1, 1, 8), (1, 8, 12), (7, 2, 8), (33, 8, 12)]
-)
+@pytest.mark.parametrize("num_tokens,top_k,num_experts", [(0, 2, 8), (1, 1, 8), (1, 8, 12), (7, 2, 8), (33, 8, 12)])
 @pytest.mark.parametrize("block_m", [16, 32])
 @pytest.mark.parametrize("respecialize", [True, False])
 def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecialize):
@@ -47,9 +45,7 @@ def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecializ
     sorted_ids, expert_ids, num_post_pad = got
     numel = topk_ids.numel()
     padded = int(num_post_pad.item())
-    assert padded % block_m == 0 and padded <= sorted_ids.numel() == max_padded_slots(
-        numel, num_experts, block_m
-    )
+    assert padded % block_m == 0 and padded <= sorted_ids.numel() == max_padded_slots(numel, num_experts, block_m)
     # Every slot appears exactly once; padding is the sentinel; each block holds one expert's slots.
     valid = sorted_ids[:padded][sorted_ids[:padded] < numel]
     assert torch.equal(torch.sort(valid.long()).values, torch.arange(numel, device=device()))
@@ -59,3 +55,20 @@ def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecializ
         members = sorted_ids[blk * block_m : (blk + 1) * block_m].long()
         members = members[members < numel]
         assert bool((flat[members] == int(expert_ids[blk])).all())
+
+
+@pytest.mark.parametrize("num_tokens,hidden", [(0, 64), (1, 40), (5, 1100)])
+def test_topk_softmax_quant_matches_twin(num_tokens, hidden):
+    from conftest import skip_fp8_on_interpreter
+
+    from moe_opt.kernels import topk_softmax_quant, topk_softmax_quant_torch
+
+    skip_fp8_on_interpreter(True)
+    logits = torch.randn(num_tokens, 8, device=device())
+    x = torch.randn(num_tokens, hidden, device=device()).to(torch.bfloat16)
+    scale = torch.tensor([0.02], device=device())
+    w, ids, xq = topk_softmax_quant(logits, 2, True, x, scale)
+    w_ref, ids_ref, xq_ref = topk_softmax_quant_torch(logits, 2, True, x, scale)
+    assert torch.equal(ids, ids_ref) and xq.dtype == torch.float8_e4m3fn
+    torch.testing.assert_close(w, w_ref)
+    torch.testing.assert_close(xq.float(), xq_ref.float(), rtol=0.13, atol=0.0)
