@@ -14,6 +14,8 @@ class RequestRecord(BaseModel):
 
     index: int = Field(description="Position of the request in the replayed schedule.")
     arm: str = Field(description="Arm the request was sent to.")
+    round: int = Field(0, ge=0, description="Round of the experiment (arms interleaved A B B A ...).")
+    client: int = Field(0, ge=0, description="Client actor (shard) that sent it.")
     intended_send_s: float = Field(description="When the arrival process said to send it.")
     actual_send_s: float | None = Field(description="When the client sent it; null if never sent.")
     first_token_s: float | None = Field(None, description="Arrival of the first output token.")

@@ -35,8 +35,21 @@ class EngineInfo(_Model):
     startup_s: float = Field(description="Process start to first healthy /health.")
 
 
+class ShardResult(_Model):
+    """One client actor's share of one arm in one round."""
+
+    round: int
+    client: int
+    node_id: str | None = Field(description="Ray node the client actor ran on.")
+    planned: int = Field(description="Requests in this shard.")
+    received: int = Field(description="Records that reached the driver.")
+    status: Literal["ok", "lost"] = Field(description="'lost': the client actor died before finishing.")
+    error: str | None = None
+
+
 class ArmResult(_Model):
     name: str
+    control_of: str | None = Field(None, description="For an A/A control arm: the arm it duplicates.")
     flags: OptimizationFlags
     flags_applied: bool = Field(description="False when the platform cannot apply the flags (see notes).")
     notes: list[str] = Field(default_factory=list)
@@ -50,6 +63,8 @@ class ArmResult(_Model):
     requests_failed: int = Field(description="Sent but not finished successfully.")
     requests_not_sent: int = Field(description="Never sent (engine down or run stopped).")
     summary: ArmSummary | None = None
+    rounds: int = Field(1, description="Rounds this arm ran (one engine start each when interleaved).")
+    shards: list[ShardResult] = Field(default_factory=list, description="Client actors of every round.")
     records_file: str = Field(
         description="JSON Lines file (relative to the run folder), appended as requests finished."
     )
