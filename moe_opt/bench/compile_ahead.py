@@ -30,6 +30,7 @@ def precompile_gemms(
     fp8 = switches.dtype == "fp8"
     sc = layer.scales
     a1 = layer.x[:1].to(torch.float8_e4m3fn) if fp8 else layer.x[:1]
+    a2 = torch.zeros((top_k, two_i // 2), device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
     c1 = torch.empty((top_k, two_i), device=dev, dtype=torch.bfloat16)
     c2 = torch.empty((top_k, hidden), device=dev, dtype=torch.bfloat16)
     aligned = {t.block_m: moe_align_block_size(topk_ids, t.block_m, num_experts, False) for _, t, _ in variants}
@@ -54,7 +55,7 @@ def precompile_gemms(
                 )
             else:
                 moe_gemm(
-                    c1,  # GEMM2 reads GEMM1's [gate | up] output and applies SiLU-and-mul itself
+                    a2,
                     layer.w2,
                     c2,
                     topk_w,
@@ -67,5 +68,4 @@ def precompile_gemms(
                     sc.a2_scale if fp8 and sc else None,
                     sc.w2_scale if fp8 and sc else None,
                     warmup=True,
-                    a_silu_mul=True,
                 )

@@ -82,7 +82,9 @@ def _gemm_fns(layers: list[Layer], gemm: int, tile: TileConfig, topk_w, topk_ids
                 sc.w13_scale if sc else None,
             )
         else:
-            a = torch.randn(num_tokens * top_k, two_i, device=layer.x.device).to(torch.bfloat16)
+            a = torch.randn(num_tokens * top_k, two_i // 2, device=layer.x.device).to(
+                torch.float8_e4m3fn if fp8 else torch.bfloat16
+            )
             c = torch.empty((num_tokens * top_k, hidden), device=a.device, dtype=torch.bfloat16)
             args = (
                 a,
@@ -98,7 +100,7 @@ def _gemm_fns(layers: list[Layer], gemm: int, tile: TileConfig, topk_w, topk_ids
                 sc.a2_scale if sc else None,
                 sc.w2_scale if sc else None,
             )
-        fns.append(lambda args=args, silu=gemm == 2: moe_gemm(*args, a_silu_mul=silu))  # type: ignore[misc]
+        fns.append(lambda args=args: moe_gemm(*args))
     return fns
 
 

@@ -16,7 +16,6 @@ import torch
 import triton
 import triton.language as tl
 
-from moe_opt.kernels.activation import silu_and_mul_torch
 from moe_opt.kernels.switches import TileConfig, UnsupportedKernelConfig
 
 BATCH_VARYING_ARGS = ["EM", "num_valid_tokens"]
@@ -53,7 +52,6 @@ def _moe_gemm_body(
     SWAP_AB: tl.constexpr,
     EVEN_K: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
-    A_SILU_MUL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
@@ -81,33 +79,18 @@ def _moe_gemm_body(
     a_ptrs = a_ptr + (offs_token[:, None] // A_ROW_DIV) * stride_am + offs_k[None, :]
     b_ptrs = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None]
 
-    if A_SILU_MUL and USE_FP8:
-        inv_a_scale = 1.0 / tl.load(a_scale_ptr)
     if SWAP_AB:
         acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
-            a_mask = token_mask[:, None]
+            a = tl.load(a_ptrs, mask=token_mask[:, None], other=0.0)
             b = tl.load(b_ptrs)
         else:
             k_left = K - k * BLOCK_K
-            a_mask = token_mask[:, None] & (offs_k[None, :] < k_left)
+            a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        if A_SILU_MUL:
-            # A is [gate | up] of GEMM1's output: silu(gate) * up (and the static FP8 quantisation)
-            # happen here, in registers, with the same arithmetic as `silu_and_mul`, so the
-            # activation never makes a round trip through memory and one launch disappears.
-            gate = tl.load(a_ptrs, mask=a_mask, other=0.0).to(tl.float32)
-            up = tl.load(a_ptrs + K, mask=a_mask, other=0.0).to(tl.float32)
-            act = gate / (1.0 + tl.exp(-gate)) * up
-            if USE_FP8:
-                a = tl.clamp(act * inv_a_scale, -448.0, 448.0).to(b.dtype)
-            else:
-                a = act.to(b.dtype)
-        else:
-            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         if UPCAST_DOT:  # CPU interpreter only: its bf16 dot returns garbage (Triton 3.6)
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -133,15 +116,11 @@ _moe_gemm_spec = triton.jit(_moe_gemm_body)
 _moe_gemm_nospec = triton.jit(do_not_specialize=BATCH_VARYING_ARGS)(_moe_gemm_body)
 
 
-def _check_gemm_args(
-    a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, use_fp8: bool, a_silu_mul: bool = False
-) -> None:
+def _check_gemm_args(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor, use_fp8: bool) -> None:
     if a.stride(-1) != 1 or w.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("moe_gemm needs the K dimension of a and w, and N of c, contiguous")
-    if w.shape[2] * (2 if a_silu_mul else 1) != a.shape[1]:
+    if w.shape[2] != a.shape[1]:
         raise ValueError(f"K mismatch: a {tuple(a.shape)} vs w {tuple(w.shape)}")
-    if a_silu_mul and a.dtype != torch.bfloat16:
-        raise UnsupportedKernelConfig("a_silu_mul needs GEMM1's bf16 output as A")
     if use_fp8 != (w.dtype == torch.float8_e4m3fn):
         raise UnsupportedKernelConfig(f"use_fp8={use_fp8} with weights of dtype {w.dtype}")
 
@@ -162,19 +141,16 @@ def moe_gemm(
     a_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
     warmup: bool = False,
-    a_silu_mul: bool = False,
 ) -> torch.Tensor:
     """c[slot, :] = (a[slot // a_row_div] @ w[expert].T) * scales * routed weight (when given).
 
     a [rows, K], w [E, N, K], c [T * top_k, N]. Slots come from `moe_align_block_size` with
     block_m == tile.block_m. `swap_ab` must already be decided (see `plan_fused_moe`): asking for it
     with a tile where it does not apply raises. `warmup=True` only compiles (no launch), which lets a
-    benchmark compile many tiles concurrently under Triton's AsyncCompileMode. `a_silu_mul=True` takes
-    A = [gate | up] (bf16, [rows, 2K]) and applies silu(gate) * up (then the static FP8 quantisation
-    with `a_scale`) on the fly.
+    benchmark compile many tiles concurrently under Triton's AsyncCompileMode.
     """
     use_fp8 = a_scale is not None
-    _check_gemm_args(a, w, c, use_fp8, a_silu_mul)
+    _check_gemm_args(a, w, c, use_fp8)
     if swap_ab and not tile.swap_ab_applicable():
         raise UnsupportedKernelConfig(f"Swap-AB needs block_m < 64 and block_n >= 64, got {tile}")
     num_valid_tokens = c.shape[0]
@@ -214,7 +190,6 @@ def moe_gemm(
         SWAP_AB=swap_ab,
         EVEN_K=k % tile.block_k == 0,
         UPCAST_DOT=_INTERPRETER and not use_fp8,
-        A_SILU_MUL=a_silu_mul,
         num_warps=tile.num_warps,
         num_stages=tile.num_stages,
     )
@@ -237,16 +212,13 @@ def moe_gemm_torch(
     a_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
     warmup: bool = False,
-    a_silu_mul: bool = False,
 ) -> torch.Tensor:
     """Plain-torch twin of `moe_gemm` (float32 math; swap_ab/respecialize have no effect here)."""
     del top_k, swap_ab, respecialize
     if warmup:
         return c
     use_fp8 = a_scale is not None
-    _check_gemm_args(a, w, c, use_fp8, a_silu_mul)
-    if a_silu_mul:
-        a = silu_and_mul_torch(a, a_scale)
+    _check_gemm_args(a, w, c, use_fp8)
     num_valid = c.shape[0]
     padded = int(num_tokens_post_padded.item())
     slots = sorted_token_ids[:padded].long()
