@@ -1,0 +1,5 @@
+"""A/B statistics, verdicts, reports and the nightly gate, computed from saved result files only.
+
+This package never imports ``cluster`` or Ray: it reads ``workloads.results.RunResult`` files, so a
+report can be rebuilt anywhere a result file can be copied to.
+"""

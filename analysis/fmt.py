@@ -1,0 +1,29 @@
+"""Number formatting shared by the HTML and Markdown reports: latencies in ms, rates plain."""
+
+from __future__ import annotations
+
+
+def value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "s":
+        return f"{v * 1000:.3g} ms" if v * 1000 < 1000 else f"{v:.3g} s"
+    return f"{v:.4g} {unit}"
+
+
+def ratio(r: float | None) -> str:
+    return "n/a" if r is None else f"{r:.3f}"
+
+
+def interval(ci: tuple[float, float] | None) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def p_value(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return "<1e-4" if p < 1e-4 else f"{p:.4f}"

@@ -1,0 +1,70 @@
+"""One call for the nightly driver: judge tonight against the history, write the report, store the night.
+
+``cluster/nightly.py`` runs the experiment and then calls :func:`gate_night`; everything after the
+run is here so it can be rerun offline (``python -m analysis.gate``) on saved files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.history import add_to_history, load_history
+from analysis.markdown import nightly_markdown
+from analysis.nightly import NightlyPolicy, NightlyVerdict, judge_night, run_failed_verdict
+from analysis.report import load_result, write_report
+from workloads.results import RunResult
+
+
+def gate_night(
+    result: RunResult | None,
+    history_dir: Path,
+    out_dir: Path,
+    policy: NightlyPolicy | None = None,
+    failure: str | None = None,
+    store: bool = True,
+) -> NightlyVerdict:
+    """Judge, write ``out_dir``/report.{html,md}, analysis.json, nightly.json; add an ok night to history.
+
+    ``result`` None (the run produced no result file) or ``failure`` set gives the run-failed verdict
+    (exit 2). Failed runs are never stored: they would poison the baseline.
+    """
+    policy = policy or NightlyPolicy()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if result is None or failure is not None:
+        verdict = run_failed_verdict(failure or "the run produced no result file", policy, result)
+    else:
+        history, skipped = load_history(history_dir, experiment=result.experiment)
+        verdict = judge_night(result, history, policy)
+        if skipped:
+            verdict = verdict.model_copy(update={"notes": verdict.notes + [f"history: {s}" for s in skipped]})
+    if result is not None:
+        write_report(result, out_dir, nightly=verdict)
+        if store and verdict.status != "run_failed":
+            add_to_history(history_dir, result)
+    else:
+        (out_dir / "nightly.json").write_text(verdict.model_dump_json(indent=2))
+        (out_dir / "report.md").write_text("\n".join(nightly_markdown(verdict)) + "\n")
+    return verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.gate", description="Gate a saved run against history.")
+    p.add_argument("run", help="Run folder or result.json of tonight's run.")
+    p.add_argument("--history", required=True, help="History folder of past result files.")
+    p.add_argument("--out", required=True, help="Where the report and nightly.json go.")
+    p.add_argument("--no-store", action="store_true", help="Do not add the run to the history.")
+    ns = p.parse_args(argv)
+    try:
+        result: RunResult | None = load_result(Path(ns.run))
+        failure = None
+    except (OSError, ValueError) as e:
+        result, failure = None, f"cannot read {ns.run}: {str(e).splitlines()[0]}"
+    verdict = gate_night(result, Path(ns.history), Path(ns.out), failure=failure, store=not ns.no_store)
+    print("\n".join(nightly_markdown(verdict)))
+    return verdict.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""The self-contained HTML report: one file, inline CSS and SVG, nothing fetched when it opens.
+
+It is rendered from a saved result (and the analysis computed from it), so the page can be rebuilt
+and shared long after the cluster is gone.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+import numpy as np
+
+from analysis import fmt
+from analysis.nightly import NightlyVerdict
+from analysis.samples import arm_control_of
+from analysis.svg import Series, cdf_series, line_chart
+from analysis.verdicts import ArmComparison, RunAnalysis
+from workloads.results import ArmResult, RunResult
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1320px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
+h3{font-size:15px}table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.v-regressed{background:#fbd5d5;font-weight:600}.v-improved{background:#d4f4dc;font-weight:600}
+.v-not-measured{color:#888}.plots{display:flex;flex-wrap:wrap;gap:12px}
+svg.plot{border:1px solid #eee;background:#fff}svg .title{font-size:13px;font-weight:600}
+svg .tick{font-size:10px;fill:#444}svg .axis{font-size:11px;fill:#222}svg .legend{font-size:11px}
+.banner{padding:8px 12px;border-radius:4px;margin:8px 0;font-weight:600}
+.b-ok{background:#d4f4dc}.b-regression,.b-run_failed{background:#fbd5d5}.b-insufficient_history{background:#fff3c4}
+pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto;max-height:360px}.muted{color:#666}
+"""
+
+
+def _table(headers: list[str], rows: list[list[str]], cls: str = "", raw: bool = False) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(c if raw else f"<td>{escape(c)}</td>" for c in row)
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _td(text: str, cls: str = "") -> str:
+    return f'<td class="{cls}">{escape(text)}</td>'
+
+
+def _comparison(c: ArmComparison) -> str:
+    title = f"A/A control: {c.b_arm} vs {c.a_arm}" if c.kind == "aa" else f"{c.b_arm} (B) vs {c.a_arm} (A)"
+    noise = f"A/A noise from control arm {c.control_arm}" if c.control_arm else "no A/A control arm in this run"
+    rows = []
+    for m in c.metrics:
+        rows.append(
+            [
+                _td(m.label),
+                _td(fmt.value(m.a_value, m.unit), "num"),
+                _td(fmt.value(m.b_value, m.unit), "num"),
+                _td(fmt.ratio(m.ratio), "num"),
+                _td(fmt.interval(m.ci_requests), "num"),
+                _td(fmt.interval(m.ci_rounds), "num"),
+                _td(fmt.p_value(m.mann_whitney_p), "num"),
+                _td(fmt.pct(m.mde_rel), "num"),
+                _td(m.verdict, "verdict v-" + m.verdict.replace(" ", "-")),
+            ]
+        )
+    table = _table(
+        [
+            "metric",
+            "A",
+            "B",
+            "B/A",
+            "CI over requests",
+            "CI over rounds",
+            "Mann-Whitney p",
+            "min. detectable",
+            "verdict",
+        ],
+        rows,
+        cls="verdicts",
+        raw=True,
+    )
+    level = c.metrics[0].ci_level * 100 if c.metrics else 0.0
+    return (
+        f"<h3>{escape(title)}</h3><p class='muted'>{c.n_b} vs {c.n_a} successful requests, {c.shared_rounds} "
+        f"shared round(s), {escape(noise)}; intervals at {level:.2f}% (Bonferroni over {len(c.metrics)} "
+        f"metrics); minimum detectable effect at the analysis power.</p>{table}"
+    )
+
+
+def _throughput_series(arm: ArmResult) -> Series:
+    ok = [r for r in arm.records if r.ok and r.actual_send_s is not None]
+    if not ok:
+        return Series(arm.name, [], [])
+    t0 = min(r.actual_send_s for r in ok if r.actual_send_s is not None)
+    times = np.array([t - t0 for r in ok for t in r.token_times_s])
+    if times.size == 0:
+        return Series(arm.name, [], [])
+    span = float(times.max())
+    width = max(0.5, span / 60)
+    edges = np.arange(0.0, span + width, width)
+    counts, _ = np.histogram(times, bins=edges)
+    return Series(arm.name, list(edges[:-1]), list(counts / width))
+
+
+def _charts(result: RunResult) -> str:
+    ok_arms = [a for a in result.arms if a.records]
+    ttft = [
+        cdf_series(a.name, np.array([v for r in a.records if r.ok and (v := r.ttft_s) is not None]) * 1000)
+        for a in ok_arms
+    ]
+    itl = [cdf_series(a.name, np.array([v for r in a.records if r.ok for v in r.itl_s]) * 1000) for a in ok_arms]
+    thr = [_throughput_series(a) for a in ok_arms]
+    return (
+        '<div class="plots">'
+        + line_chart("CDF of TTFT per arm", ttft, "TTFT (ms)", "fraction of requests", step=True)
+        + line_chart("CDF of inter-token latency per arm", itl, "ITL (ms)", "fraction of tokens", step=True)
+        + line_chart(
+            "Output throughput over time", thr, "seconds since the arm's first request", "output tokens/s", step=True
+        )
+        + "</div>"
+    )
+
+
+def _nightly(v: NightlyVerdict) -> str:
+    parts = [
+        f'<h2>Nightly gate</h2><div class="banner b-{v.status}">{escape(v.status)} (exit {v.exit_code}): '
+        f"{escape(v.reason)}</div>"
+    ]
+    if v.history_runs:
+        parts.append(
+            f"<p class='muted'>Baseline: median of {len(v.history_runs)} night(s): "
+            f"{escape(', '.join(v.history_runs))}. Policy: {escape(v.policy.model_dump_json())}</p>"
+        )
+    rows = []
+    for c in sorted(v.checks, key=lambda c: (not c.regression, not c.flagged, c.arm, c.metric)):
+        cls = "v-regressed" if c.regression else ("v-not-measured" if c.ratio is None else "")
+        rows.append(
+            [
+                _td(c.arm),
+                _td(c.label),
+                _td(fmt.value(c.tonight, c.unit), "num"),
+                _td(fmt.value(c.baseline, c.unit), "num"),
+                _td(fmt.ratio(c.ratio), "num"),
+                _td(fmt.interval(c.ci), "num"),
+                _td(fmt.pct(c.night_to_night_rel), "num"),
+                _td(fmt.p_value(c.mann_whitney_p), "num"),
+                _td("yes" if c.flagged else "no"),
+                _td(str(c.consecutive_flagged), "num"),
+                _td("REGRESSION" if c.regression else "no", cls),
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "arm",
+                "metric",
+                "tonight",
+                "baseline",
+                "ratio",
+                "CI",
+                "night-to-night SD",
+                "MWU p",
+                "flagged tonight",
+                "nights in a row",
+                "regression",
+            ],
+            rows,
+            cls="nightly",
+            raw=True,
+        )
+    )
+    parts += [f"<p>{escape(n)}</p>" for n in v.notes]
+    return "".join(parts)
+
+
+def _arms(result: RunResult) -> str:
+    rows = []
+    for a in result.arms:
+        eng = a.engine
+        rows.append(
+            [
+                a.name,
+                a.status + (f": {a.failure_reason}" if a.failure_reason else ""),
+                a.flags.describe(),
+                "yes" if a.flags_applied else "no",
+                arm_control_of(a) or "-",
+                f"{a.requests_succeeded} ok / {a.requests_sent} sent / {a.requests_planned} planned",
+                f"{eng.device}, TP={eng.tensor_parallel_size}, vLLM {eng.vllm_version}, ready in {eng.startup_s:.1f} s"
+                if eng
+                else "-",
+                "; ".join(a.notes) or "-",
+            ]
+        )
+    return _table(
+        ["arm", "status", "flags", "flags applied", "control of", "requests", "engine", "notes"], rows, cls="arms"
+    )
+
+
+def render_html(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdict | None = None) -> str:
+    comparisons = "".join(_comparison(c) for c in analysis.comparisons)
+    comparisons = comparisons or "<p>No comparison: fewer than two usable arms.</p>"
+    skipped = "".join(f"<p>{escape(k)} not compared: {escape(v)}</p>" for k, v in analysis.skipped_arms.items())
+    notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>moeperf report {escape(result.run_id)}</title>
+<style>{CSS}</style></head><body>
+<h1>moeperf report: {escape(result.run_id)}</h1>
+<p>Experiment <b>{escape(result.experiment)}</b>, status <b>{escape(result.status)}</b>,
+{escape(result.started_at)} to {escape(result.finished_at)}; {result.schedule.requests} requests per arm over
+{result.schedule.duration_s:.1f} s of schedule. Baseline arm: <b>{escape(str(analysis.baseline_arm))}</b>.
+Goodput SLOs: {escape(analysis.slo.describe())}.</p>
+<p class="muted">Command: <code>{escape(" ".join(result.command))}</code>.
+Bootstrap: {analysis.settings.bootstrap_resamples} resamples, seed {analysis.settings.seed},
+family-wise alpha {analysis.settings.alpha}, minimum effect
+{fmt.pct(analysis.settings.min_effect)}.</p>
+{_nightly(nightly) if nightly is not None else ""}
+<h2>Verdicts</h2>{comparisons}{skipped}
+<h2>Latency and throughput</h2>{_charts(result)}
+<h2>Per-rank step stalls and Triton compile events</h2>
+<p class="not-measured">Not measured in this run: the result file carries no per-rank step, sync-stall or
+compile metrics.</p>
+<h2>Arms and their flags</h2>{_arms(result)}
+{f"<h2>Run notes</h2><ul>{notes}</ul>" if notes else ""}
+<h2>Environment</h2><pre>{escape(json.dumps(result.environment, indent=2, sort_keys=True))}</pre>
+</body></html>
+"""

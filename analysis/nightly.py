@@ -1,0 +1,259 @@
+"""The nightly regression gate: tonight's run against the median of the last N nights.
+
+A metric of an arm is *flagged* tonight when log(tonight / baseline) is on the worse side of zero by
+more than z standard errors, where the error combines tonight's own bootstrap error (over requests
+and rounds) with the night-to-night spread of the baseline nights (robust: 1.4826 x MAD of their
+logs). z is Bonferroni-corrected over every (arm, metric) checked. As in PyTorch's HUD, a flag
+becomes a *regression* only when the same arm and metric were flagged on K consecutive nights,
+each judged against its own preceding nights: one noisy night never fails the build.
+
+Exit codes: 1 regression, 0 otherwise (also with too little history), 2 the run itself failed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis import stats
+from analysis.samples import ArmSamples, arm_samples
+from analysis.slo import SloSpec, slo_from_config
+from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
+from workloads.results import RunResult
+
+EXIT_OK, EXIT_REGRESSION, EXIT_RUN_FAILED = 0, 1, 2
+MAD_TO_SD = 1.4826
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NightlyPolicy(_Strict):
+    baseline_nights: int = Field(7, ge=1, description="N: the baseline is the median of the last N ok nights.")
+    min_history_nights: int = Field(3, ge=2, description="Fewer ok nights than this: no verdict (exit 0).")
+    consecutive_nights: int = Field(2, ge=1, description="K: nights in a row a flag must hold to fail.")
+    alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise false-flag level of one night.")
+    min_effect: float = Field(0.02, ge=0, description="Smallest relative change vs baseline that can flag.")
+    bootstrap_resamples: int = Field(400, ge=50, description="Bootstrap replicates for tonight's error.")
+    seed: int = Field(0, description="Seed of every bootstrap.")
+    metrics: list[str] | None = Field(None, description="Metric keys to gate on; null: all of stats.METRICS.")
+    slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo', else defaults.")
+
+
+class MetricTrend(_Strict):
+    arm: str
+    metric: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    tonight: float | None = Field(description="Tonight's value.")
+    baseline: float | None = Field(description="Median of the baseline nights' values.")
+    baseline_nights: int = Field(description="Nights the baseline median is over.")
+    ratio: float | None = Field(description="tonight / baseline.")
+    ci: tuple[float, float] | None = Field(description="Interval of the ratio at the Bonferroni level.")
+    night_to_night_rel: float | None = Field(description="Robust SD of the baseline nights, relative.")
+    mann_whitney_p: float | None = Field(description="U test of tonight vs the median baseline night; null for rates.")
+    flagged: bool = Field(description="Worse than baseline tonight beyond noise and min_effect.")
+    consecutive_flagged: int = Field(description="Nights in a row, tonight included, this check was flagged.")
+    regression: bool = Field(description="flagged on at least K consecutive nights.")
+
+
+class NightlyVerdict(_Strict):
+    status: Literal["regression", "ok", "insufficient_history", "run_failed"]
+    exit_code: int = Field(description="1 regression, 0 ok or insufficient history, 2 run failed.")
+    reason: str = Field(description="One line a CI log can show.")
+    run_id: str | None
+    experiment: str | None
+    policy: NightlyPolicy
+    history_runs: list[str] = Field(description="Run ids of the ok history nights considered, oldest first.")
+    checks: list[MetricTrend]
+    analysis: RunAnalysis | None = Field(description="Tonight's own A/B verdicts (informative, not gating).")
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[MetricTrend]:
+        return [c for c in self.checks if c.regression]
+
+
+def run_failed_verdict(reason: str, policy: NightlyPolicy, result: RunResult | None = None) -> NightlyVerdict:
+    """Verdict for a night whose run did not complete: exit 2, and nothing compared."""
+    return NightlyVerdict(
+        status="run_failed",
+        exit_code=EXIT_RUN_FAILED,
+        reason=reason,
+        run_id=result.run_id if result else None,
+        experiment=result.experiment if result else None,
+        policy=policy,
+        history_runs=[],
+        checks=[],
+        analysis=None,
+    )
+
+
+class _NightCache:
+    """Samples and point values per (run, arm), computed once however many nights look at them."""
+
+    def __init__(self, slo_default: SloSpec | None) -> None:
+        self._slo = slo_default
+        self._samples: dict[tuple[str, str], ArmSamples | None] = {}
+        self._points: dict[tuple[str, str], np.ndarray | None] = {}
+
+    def samples(self, run: RunResult, arm: str) -> ArmSamples | None:
+        key = (run.run_id, arm)
+        if key not in self._samples:
+            found = [a for a in run.arms if a.name == arm and a.status == "ok"]
+            s = None
+            if found:
+                s = arm_samples(arm, found[0].records, self._slo or slo_from_config(run.config))
+                s = s if s.n >= 2 else None
+            self._samples[key] = s
+        return self._samples[key]
+
+    def points(self, run: RunResult, arm: str) -> np.ndarray | None:
+        key = (run.run_id, arm)
+        if key not in self._points:
+            s = self.samples(run, arm)
+            self._points[key] = stats.point_values(s) if s is not None else None
+        return self._points[key]
+
+
+def _metric_indices(policy: NightlyPolicy) -> list[int]:
+    if policy.metrics is None:
+        return list(range(len(stats.METRICS)))
+    unknown = sorted(set(policy.metrics) - set(stats.METRIC_KEYS))
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {list(stats.METRIC_KEYS)}")
+    return [stats.METRIC_KEYS.index(k) for k in policy.metrics]
+
+
+def _check_night(
+    night: RunResult, previous: list[RunResult], policy: NightlyPolicy, cache: _NightCache, z: float
+) -> dict[tuple[str, str], MetricTrend]:
+    """Flags of one night against the median of its own last N previous nights."""
+    window = previous[-policy.baseline_nights :]
+    rng = np.random.default_rng(policy.seed)
+    out: dict[tuple[str, str], MetricTrend] = {}
+    for arm in night.arms:
+        tonight = cache.samples(night, arm.name)
+        if tonight is None:
+            continue
+        past = [(r, p) for r in window if (p := cache.points(r, arm.name)) is not None]
+        point = stats.point_values(tonight)
+        se_night = stats.log_value_se(stats.bootstrap_requests(tonight, policy.bootstrap_resamples, rng))
+        for j in _metric_indices(policy):
+            spec = stats.METRICS[j]
+            logs = np.array([math.log(p[j]) for _, p in past if p[j] > 0 and math.isfinite(p[j])])
+            ratio = ci = spread = mw = None
+            baseline = None
+            flagged = False
+            if logs.size >= 1 and point[j] > 0 and math.isfinite(point[j]):
+                baseline = float(np.exp(np.median(logs)))
+                ratio = point[j] / baseline
+            if ratio is not None and logs.size >= policy.min_history_nights and math.isfinite(se_night[j]):
+                mad_sd = MAD_TO_SD * float(np.median(np.abs(logs - np.median(logs))))
+                spread = math.exp(mad_sd) - 1
+                se = math.sqrt(se_night[j] ** 2 + mad_sd**2 * (1 + math.pi / (2 * logs.size)))
+                lr = math.log(ratio)
+                ci = (math.exp(lr - z * se), math.exp(lr + z * se))
+                worse = ci[1] < 1 if spec.higher_is_better else ci[0] > 1
+                flagged = worse and abs(ratio - 1) >= policy.min_effect
+                median_run = min(past, key=lambda rp: abs(math.log(max(rp[1][j], 1e-300)) - float(np.median(logs))))[0]
+                ref = cache.samples(median_run, arm.name)
+                if ref is not None:
+                    mw = stats.mann_whitney_p(
+                        stats.per_request_series(ref, spec.family), stats.per_request_series(tonight, spec.family)
+                    )
+            out[(arm.name, spec.key)] = MetricTrend(
+                arm=arm.name,
+                metric=spec.key,
+                label=spec.label,
+                unit=spec.unit,
+                higher_is_better=spec.higher_is_better,
+                tonight=float(point[j]) if math.isfinite(point[j]) else None,
+                baseline=baseline,
+                baseline_nights=int(logs.size),
+                ratio=ratio,
+                ci=ci,
+                night_to_night_rel=spread,
+                mann_whitney_p=mw,
+                flagged=flagged,
+                consecutive_flagged=1 if flagged else 0,
+                regression=False,
+            )
+    return out
+
+
+def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPolicy | None = None) -> NightlyVerdict:
+    """Compare tonight's ``result`` with ``history`` (earlier ok runs, any order; later ones are ignored)."""
+    policy = policy or NightlyPolicy()
+    if result.status != "ok":
+        failed = [f"{a.name}: {a.failure_reason}" for a in result.arms if a.status != "ok"]
+        return run_failed_verdict(f"run {result.status}: " + ("; ".join(failed) or "see result"), policy, result)
+    earlier = sorted(
+        (r for r in history if r.status == "ok" and r.run_id != result.run_id and r.started_at <= result.started_at),
+        key=lambda r: (r.started_at, r.run_id),
+    )
+    cache = _NightCache(policy.slo)
+    n_checks = max(1, len(result.arms) * len(_metric_indices(policy)))
+    z = stats.z_one_sided(1 - policy.alpha / n_checks)
+    checks = _check_night(result, earlier, policy, cache, z)
+    # Walk back night by night while the flags keep holding: each judged against its own past.
+    still = {k for k, c in checks.items() if c.flagged}
+    streak = dict.fromkeys(still, 1)
+    for back in range(1, policy.consecutive_nights):
+        if not still or back > len(earlier):
+            break
+        night = earlier[-back]
+        past = _check_night(night, earlier[: len(earlier) - back], policy, cache, z)
+        still = {k for k in still if k in past and past[k].flagged}
+        for k in still:
+            streak[k] += 1
+    trends = []
+    for k, c in checks.items():
+        n = streak.get(k, 0)
+        trends.append(c.model_copy(update={"consecutive_flagged": n, "regression": n >= policy.consecutive_nights}))
+    analysis = analyse_run(
+        result,
+        AnalysisSettings(
+            alpha=policy.alpha, bootstrap_resamples=policy.bootstrap_resamples, seed=policy.seed, slo=policy.slo
+        ),
+    )
+    history_ids = [r.run_id for r in earlier[-policy.baseline_nights :]]
+    regressions = [t for t in trends if t.regression]
+    flagged = [t for t in trends if t.flagged]
+    notes = []
+    for comp in analysis.comparisons:
+        differing = len(comp.with_verdict("regressed")) + len(comp.with_verdict("improved"))
+        if comp.kind == "aa" and differing:
+            notes.append(f"A/A control {comp.b_arm} differs from {comp.a_arm} in {differing} metric(s): noisy night")
+    if regressions:
+        status: Literal["regression", "ok", "insufficient_history"] = "regression"
+        reason = f"regression on {policy.consecutive_nights} consecutive nights: " + ", ".join(
+            f"{t.arm} {t.label} x{t.ratio:.3f}" for t in regressions if t.ratio is not None
+        )
+    elif len(earlier) < policy.min_history_nights:
+        status = "insufficient_history"
+        reason = f"{len(earlier)} ok night(s) in history, {policy.min_history_nights} needed: no verdict"
+    else:
+        status = "ok"
+        reason = (
+            f"no regression ({len(flagged)} check(s) flagged tonight, waiting for {policy.consecutive_nights} nights)"
+            if flagged
+            else "no regression"
+        )
+    return NightlyVerdict(
+        status=status,
+        exit_code=EXIT_REGRESSION if status == "regression" else EXIT_OK,
+        reason=reason,
+        run_id=result.run_id,
+        experiment=result.experiment,
+        policy=policy,
+        history_runs=history_ids,
+        checks=trends,
+        analysis=analysis,
+        notes=notes,
+    )

@@ -1,0 +1,57 @@
+"""Render and write a run's report files from its saved result (HTML, Markdown, analysis JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from analysis.html_report import render_html
+from analysis.markdown import render_markdown
+from analysis.nightly import NightlyVerdict
+from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
+from workloads.results import RunResult
+
+FORMATS = ("html", "md")
+FILE_NAMES = {"html": "report.html", "md": "report.md"}
+
+
+def load_result(path: Path) -> RunResult:
+    """A run folder (``runs/<id>``) or its ``result.json``."""
+    file = path / "result.json" if path.is_dir() else path
+    return RunResult.model_validate_json(file.read_bytes())
+
+
+def write_report(
+    result: RunResult,
+    out_dir: Path,
+    formats: Iterable[str] = FORMATS,
+    settings: AnalysisSettings | None = None,
+    nightly: NightlyVerdict | None = None,
+) -> tuple[RunAnalysis, list[Path]]:
+    """Write ``report.html`` / ``report.md`` and ``analysis.json`` (and ``nightly.json`` with a verdict)."""
+    wanted = list(formats)
+    unknown = sorted(set(wanted) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"unknown report format(s) {unknown}; choose from {list(FORMATS)}")
+    if nightly is not None and nightly.analysis is not None:
+        analysis = nightly.analysis
+    else:
+        analysis = analyse_run(result, settings)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if "html" in wanted:
+        p = out_dir / FILE_NAMES["html"]
+        p.write_text(render_html(result, analysis, nightly), encoding="utf-8")
+        written.append(p)
+    if "md" in wanted:
+        p = out_dir / FILE_NAMES["md"]
+        p.write_text(render_markdown(result, analysis, nightly), encoding="utf-8")
+        written.append(p)
+    p = out_dir / "analysis.json"
+    p.write_text(analysis.model_dump_json(indent=2))
+    written.append(p)
+    if nightly is not None:
+        p = out_dir / "nightly.json"
+        p.write_text(nightly.model_dump_json(indent=2))
+        written.append(p)
+    return analysis, written

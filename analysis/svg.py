@@ -1,0 +1,118 @@
+"""Inline SVG line charts, written by hand so the report needs no CDN, no JavaScript and no network.
+
+Each chart is an ``<svg class="plot">`` whose series are ``<polyline class="series">`` elements with a
+``data-arm`` attribute: a browser test can count what was drawn without reading pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+import numpy as np
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+WIDTH_PX, HEIGHT_PX = 640, 300
+MARGIN = {"left": 64, "right": 16, "top": 28, "bottom": 44}
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    xs: Sequence[float]
+    ys: Sequence[float]
+
+
+def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo]
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step) + 1)]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
+
+
+def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str, step: bool = False) -> str:
+    """One chart; an empty ``series`` (or all empty) gives a placeholder saying there is nothing to plot."""
+    drawn = [s for s in series if len(s.xs) > 0]
+    if not drawn:
+        return f'<p class="no-data">{escape(title)}: no samples to plot.</p>'
+    xs_all = np.concatenate([np.asarray(s.xs, dtype=float) for s in drawn])
+    ys_all = np.concatenate([np.asarray(s.ys, dtype=float) for s in drawn])
+    x0, x1 = float(np.nanmin(xs_all)), float(np.nanmax(xs_all))
+    y0, y1 = min(0.0, float(np.nanmin(ys_all))), float(np.nanmax(ys_all))
+    x1 = x1 if x1 > x0 else x0 + 1.0
+    y1 = y1 if y1 > y0 else y0 + 1.0
+    pw = WIDTH_PX - MARGIN["left"] - MARGIN["right"]
+    ph = HEIGHT_PX - MARGIN["top"] - MARGIN["bottom"]
+
+    def px(x: float) -> float:
+        return MARGIN["left"] + (x - x0) / (x1 - x0) * pw
+
+    def py(y: float) -> float:
+        return MARGIN["top"] + ph - (y - y0) / (y1 - y0) * ph
+
+    parts = [
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{HEIGHT_PX}" '
+        f'viewBox="0 0 {WIDTH_PX} {HEIGHT_PX}" role="img" aria-label="{escape(title)}" '
+        f'data-series-count="{len(drawn)}">',
+        f'<text x="{WIDTH_PX / 2}" y="18" text-anchor="middle" class="title">{escape(title)}</text>',
+        f'<rect x="{MARGIN["left"]}" y="{MARGIN["top"]}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
+    ]
+    for t in _nice_ticks(x0, x1):
+        parts.append(
+            f'<line x1="{px(t):.1f}" y1="{MARGIN["top"] + ph}" x2="{px(t):.1f}" y2="{MARGIN["top"] + ph + 4}" '
+            f'stroke="#666"/><text x="{px(t):.1f}" y="{MARGIN["top"] + ph + 16}" text-anchor="middle" '
+            f'class="tick">{_fmt(t)}</text>'
+        )
+    for t in _nice_ticks(y0, y1):
+        parts.append(
+            f'<line x1="{MARGIN["left"]}" y1="{py(t):.1f}" x2="{MARGIN["left"] + pw}" y2="{py(t):.1f}" '
+            f'stroke="#eee"/><text x="{MARGIN["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end" '
+            f'class="tick">{_fmt(t)}</text>'
+        )
+    parts.append(
+        f'<text x="{MARGIN["left"] + pw / 2}" y="{HEIGHT_PX - 8}" text-anchor="middle" class="axis">'
+        f"{escape(x_label)}</text>"
+        f'<text transform="translate(14,{MARGIN["top"] + ph / 2}) rotate(-90)" text-anchor="middle" '
+        f'class="axis">{escape(y_label)}</text>'
+    )
+    for i, s in enumerate(drawn):
+        color = PALETTE[i % len(PALETTE)]
+        pts: list[str] = []
+        prev_y: float | None = None
+        for x, y in zip(s.xs, s.ys, strict=True):
+            if step and prev_y is not None:
+                pts.append(f"{px(x):.1f},{py(prev_y):.1f}")
+            pts.append(f"{px(x):.1f},{py(y):.1f}")
+            prev_y = y
+        parts.append(
+            f'<polyline class="series" data-arm="{escape(s.name)}" fill="none" stroke="{color}" '
+            f'stroke-width="1.8" points="{" ".join(pts)}"><title>{escape(s.name)}</title></polyline>'
+        )
+        ly = MARGIN["top"] + 14 + 16 * i
+        lx = MARGIN["left"] + pw - 170
+        parts.append(
+            f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
+            f'<text x="{lx + 24}" y="{ly}" class="legend">{escape(s.name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def cdf_series(name: str, values: np.ndarray, max_points: int = 300) -> Series:
+    """Empirical CDF, thinned to at most ``max_points`` quantiles so the page stays small."""
+    v = np.sort(values[np.isfinite(values)])
+    if v.size == 0:
+        return Series(name, [], [])
+    if v.size > max_points:
+        probs = np.linspace(0, 1, max_points)
+        return Series(name, list(np.quantile(v, probs)), list(probs))
+    return Series(name, list(v), list(np.arange(1, v.size + 1) / v.size))
