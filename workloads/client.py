@@ -3,6 +3,10 @@
 "When to send" comes from the schedule (absolute offsets from a common start); "how many in
 flight" is a separate cap. The dispatcher sleeps to each intended time, so a slow server shows
 up as latency and as send lag in the records, never as a silently stretched schedule.
+
+asyncio's timers wake up to 1 ms late (epoll takes whole milliseconds, rounded up), so the
+dispatcher sleeps to ``spin_s`` before the intended time and then yields to the loop until it is
+reached: sub-millisecond send lag without starving the streams it is reading.
 """
 
 from __future__ import annotations
@@ -10,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections import defaultdict
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
-from workloads.prompts import prompt_token_ids
-from workloads.records import RequestRecord
+from workloads.health import HealthProbe
+from workloads.prompts import request_prompt_ids
+from workloads.records import ErrorKind, RequestRecord
 from workloads.schedule import PlannedRequest
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
@@ -32,6 +39,10 @@ class ClientSettings:
     seed: int = 0
     max_in_flight: int | None = None
     request_timeout_s: float = 600.0
+    client: int = 0  # stamped on records: which shard sent them
+    round: int = 0  # stamped on records: which round of the experiment
+    spin_s: float = 0.002  # busy-yield this long before each send for sub-ms accuracy; 0: plain sleep
+    connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
 
 
 class _Clock:
@@ -44,136 +55,208 @@ class _Clock:
         return time.perf_counter() - self._t0
 
 
-async def _stream_one(
-    session: aiohttp.ClientSession, s: ClientSettings, req: PlannedRequest, clock: _Clock, sent_s: float
-) -> RequestRecord:
-    payload = {
+async def sleep_until(clock: _Clock, t_s: float, spin_s: float) -> None:
+    delay = t_s - clock.now_s()
+    if delay > spin_s:
+        await asyncio.sleep(delay - spin_s)
+    while clock.now_s() < t_s:
+        await asyncio.sleep(0)
+
+
+class _StreamError(Exception):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, object]:
+    return {
         "model": s.model,
-        "prompt": prompt_token_ids(req.index, req.prompt_tokens, s.vocab_lo, s.vocab_hi, s.seed),
+        "prompt": request_prompt_ids(req.index, req.prompt_tokens, req.shared_blocks, s.vocab_lo, s.vocab_hi, s.seed),
         "max_tokens": req.max_tokens,
         "ignore_eos": True,
         "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-    rec = RequestRecord(
-        index=req.index,
-        arm=s.arm,
-        intended_send_s=req.send_offset_s,
-        actual_send_s=sent_s,
-        prompt_tokens_requested=req.prompt_tokens,
-        output_tokens_requested=req.max_tokens,
-    )
+
+
+async def _stream_one(
+    session: aiohttp.ClientSession, s: ClientSettings, rec: RequestRecord, payload: dict, clock: _Clock
+) -> None:
     seen_tokens = 0
     async with session.post(f"{s.base_url}/v1/completions", json=payload) as resp:
+        rec.http_status = resp.status
         if resp.status != 200:
             body = (await resp.text())[:300]
-            rec.error = f"HTTP {resp.status}: {body}"
-            rec.end_s = clock.now_s()
-            return rec
+            raise _StreamError("http", f"HTTP {resp.status}: {body}")
+        done = False
         async for raw in resp.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
+            if not raw.startswith(b"data:"):
                 continue
-            data = line[5:].strip()
+            data = raw[5:].strip()
             if data == b"[DONE]":
+                done = True
                 break
             now = clock.now_s()
-            chunk = json.loads(data)
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError as e:
+                raise _StreamError("bad_sse", f"bad SSE data {data[:80]!r}: {e}") from None
+            if not isinstance(chunk, dict):
+                raise _StreamError("bad_sse", f"bad SSE data {data[:80]!r}: not an object")
+            if "error" in chunk:
+                raise _StreamError("http", f"error in stream: {str(chunk['error'])[:200]}")
             usage = chunk.get("usage") or {}
             if "completion_tokens" in usage:
                 new_tokens = usage["completion_tokens"] - seen_tokens
                 rec.prompt_tokens = usage.get("prompt_tokens")
                 rec.output_tokens = usage["completion_tokens"]
-            else:  # a server without continuous usage stats: one token per content chunk
+            else:  # no per-chunk usage: a chunk may hold several tokens, so counts are not exact
                 new_tokens = 1 if chunk.get("choices") else 0
+                rec.tokens_exact = rec.tokens_exact and new_tokens == 0
             if new_tokens > 0:
                 if rec.first_token_s is None:
                     rec.first_token_s = now
                 rec.token_times_s.extend([now] * new_tokens)
                 seen_tokens += new_tokens
+        if not done:
+            raise _StreamError("reset", "stream closed before [DONE]")
     rec.end_s = clock.now_s()
     if rec.output_tokens is None:
         rec.output_tokens = seen_tokens
-    return rec
+
+
+def _classify(e: BaseException) -> tuple[ErrorKind, str]:
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, _StreamError):
+        return e.kind, str(e)
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return "connect", f"connect failed: {e}"
+    if isinstance(e, TimeoutError | aiohttp.ServerTimeoutError):
+        return "timeout", text
+    if isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError):
+        return "reset", text
+    return "other", text
+
+
+def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: float | None) -> RequestRecord:
+    return RequestRecord(
+        index=req.index,
+        arm=s.arm,
+        round=s.round,
+        client=s.client,
+        intended_send_s=intended_s,
+        actual_send_s=sent_s,
+        prompt_tokens_requested=req.prompt_tokens,
+        output_tokens_requested=req.max_tokens,
+    )
 
 
 async def replay(
-    requests: Sequence[PlannedRequest], settings: ClientSettings, start_epoch_s: float
+    requests: Sequence[PlannedRequest],
+    settings: ClientSettings,
+    start_epoch_s: float,
+    health: HealthProbe | None = None,
 ) -> AsyncIterator[RequestRecord]:
     """Send every request at its intended time; yield each record as its response finishes.
 
     Every planned request yields exactly one record: finished, failed, or never sent (when the
     engine stopped accepting connections, sending the rest would only measure a dead socket).
+    A request chained to another (``after_index``) is sent ``think_time_s`` after that one ends.
+    Pass a ``HealthProbe`` to get this client's event-loop lag and CPU when the replay ends.
     """
+    s = settings
     clock = _Clock(start_epoch_s)
     done: asyncio.Queue[RequestRecord] = asyncio.Queue()
     engine_down = asyncio.Event()
-    limit = asyncio.Semaphore(settings.max_in_flight) if settings.max_in_flight else None
-    connector = aiohttp.TCPConnector(limit=settings.max_in_flight or 0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=settings.request_timeout_s)
+    limit = asyncio.Semaphore(s.max_in_flight) if s.max_in_flight else None
+    pool = s.connection_limit if s.connection_limit is not None else (s.max_in_flight or 0)
+    connector = aiohttp.TCPConnector(limit=pool, limit_per_host=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=s.request_timeout_s)
+    indices = {r.index for r in requests}
+    followers: dict[int, list[PlannedRequest]] = defaultdict(list)
+    roots: list[PlannedRequest] = []
+    for r in requests:
+        if r.after_index is not None and r.after_index in indices:
+            followers[r.after_index].append(r)
+        else:
+            roots.append(r)
+    roots.sort(key=lambda r: r.send_offset_s)
+    finished: list[RequestRecord] = []
+    tasks: set[asyncio.Task[None]] = set()
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-        async def run_one(req: PlannedRequest) -> None:
-            sent_s = clock.now_s()
+        async def finish(rec: RequestRecord) -> None:
+            finished.append(rec)
+            await done.put(rec)
+            end_s = rec.end_s if rec.end_s is not None else clock.now_s()
+            for f in followers.pop(rec.index, ()):
+                spawn(send_chained(f, end_s + f.think_time_s))
+
+        def spawn(coro: Coroutine[Any, Any, None]) -> None:
+            task = asyncio.ensure_future(coro)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        async def not_sent(req: PlannedRequest, intended_s: float) -> None:
+            rec = _record(req, s, intended_s, None)
+            rec.error, rec.error_kind = NOT_SENT_ENGINE_DOWN, "not_sent"
+            await finish(rec)
+
+        async def run_one(req: PlannedRequest, intended_s: float, cap_wait_s: float) -> None:
+            payload = _payload(s, req)
+            rec = _record(req, s, intended_s, clock.now_s())
+            rec.cap_wait_s = cap_wait_s
             try:
-                rec = await _stream_one(session, settings, req, clock, sent_s)
-            except aiohttp.ClientConnectorError as e:
-                engine_down.set()
-                rec = _failed(req, settings, clock, sent_s, f"connect failed: {e}")
-            except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as e:
-                rec = _failed(req, settings, clock, sent_s, f"{type(e).__name__}: {e}")
+                await _stream_one(session, s, rec, payload, clock)
+            except Exception as e:  # an error is a record, never a crash
+                rec.error_kind, rec.error = _classify(e)
+                rec.end_s = clock.now_s()
+                if rec.error_kind == "connect":
+                    engine_down.set()
             finally:
                 if limit is not None:
                     limit.release()
-            await done.put(rec)
+            await finish(rec)
+
+        async def admit(req: PlannedRequest, intended_s: float) -> None:
+            """Past the in-flight cap (timing the wait), then start the request without awaiting it."""
+            cap_wait_s = 0.0
+            if limit is not None:
+                if limit.locked():
+                    t = clock.now_s()
+                    await limit.acquire()
+                    cap_wait_s = clock.now_s() - t
+                else:
+                    await limit.acquire()
+            if engine_down.is_set():
+                if limit is not None:
+                    limit.release()
+                await not_sent(req, intended_s)
+                return
+            spawn(run_one(req, intended_s, cap_wait_s))
+
+        async def send_chained(req: PlannedRequest, intended_s: float) -> None:
+            await sleep_until(clock, intended_s, s.spin_s)
+            await admit(req, intended_s)
 
         async def dispatch() -> None:
-            tasks = []
-            for req in requests:
-                delay = req.send_offset_s - clock.now_s()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if limit is not None:
-                    await limit.acquire()
-                if engine_down.is_set():
-                    if limit is not None:
-                        limit.release()
-                    await done.put(_not_sent(req, settings))
-                    continue
-                tasks.append(asyncio.create_task(run_one(req)))
-            await asyncio.gather(*tasks)
+            for req in roots:
+                await sleep_until(clock, req.send_offset_s, s.spin_s)
+                await admit(req, req.send_offset_s)
 
+        if health is not None:
+            health.start()
         dispatcher = asyncio.create_task(dispatch())
         try:
             for _ in range(len(requests)):
                 yield await done.get()
         finally:
             dispatcher.cancel()
-            await asyncio.gather(dispatcher, return_exceptions=True)
-
-
-def _failed(req: PlannedRequest, s: ClientSettings, clock: _Clock, sent_s: float, error: str) -> RequestRecord:
-    return RequestRecord(
-        index=req.index,
-        arm=s.arm,
-        intended_send_s=req.send_offset_s,
-        actual_send_s=sent_s,
-        end_s=clock.now_s(),
-        prompt_tokens_requested=req.prompt_tokens,
-        output_tokens_requested=req.max_tokens,
-        error=error,
-    )
-
-
-def _not_sent(req: PlannedRequest, s: ClientSettings) -> RequestRecord:
-    return RequestRecord(
-        index=req.index,
-        arm=s.arm,
-        intended_send_s=req.send_offset_s,
-        actual_send_s=None,
-        prompt_tokens_requested=req.prompt_tokens,
-        output_tokens_requested=req.max_tokens,
-        error=NOT_SENT_ENGINE_DOWN,
-    )
+            for t in list(tasks):
+                t.cancel()
+            await asyncio.gather(dispatcher, *tasks, return_exceptions=True)
+            if health is not None:
+                await health.stop(finished)

@@ -6,7 +6,11 @@ epoch), so records from different client actors line up without trusting clock d
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+ErrorKind = Literal["timeout", "reset", "http", "bad_sse", "connect", "not_sent", "other"]
 
 
 class RequestRecord(BaseModel):
@@ -18,13 +22,24 @@ class RequestRecord(BaseModel):
     client: int = Field(0, ge=0, description="Client actor (shard) that sent it.")
     intended_send_s: float = Field(description="When the arrival process said to send it.")
     actual_send_s: float | None = Field(description="When the client sent it; null if never sent.")
+    cap_wait_s: float = Field(
+        0.0, ge=0, description="Part of the send lag spent waiting for the in-flight cap (not client lag)."
+    )
     first_token_s: float | None = Field(None, description="Arrival of the first output token.")
-    token_times_s: list[float] = Field(default_factory=list, description="Arrival time of every output token.")
+    token_times_s: list[float] = Field(
+        default_factory=list,
+        description="Arrival time of every output token: a chunk holding k tokens adds its time k times.",
+    )
     end_s: float | None = Field(None, description="When the response stream closed.")
     prompt_tokens_requested: int = Field(description="Prompt length the schedule asked for.")
     output_tokens_requested: int = Field(description="max_tokens sent (with ignore_eos).")
     prompt_tokens: int | None = Field(None, description="Prompt tokens the server reported in usage.")
     output_tokens: int | None = Field(None, description="Completion tokens the server reported in usage.")
+    tokens_exact: bool = Field(
+        True, description="False when the server sent no per-chunk usage and chunks were counted as one token."
+    )
+    http_status: int | None = Field(None, description="HTTP status of the response; null if none came.")
+    error_kind: ErrorKind | None = Field(None, description="Class of the failure; null on success.")
     error: str | None = Field(None, description="Why the request failed; null on success.")
 
     @property
@@ -36,6 +51,12 @@ class RequestRecord(BaseModel):
         if self.actual_send_s is None:
             return None
         return (self.actual_send_s - self.intended_send_s) * 1000.0
+
+    @property
+    def dispatch_lag_ms(self) -> float | None:
+        """Send lag the client itself caused: without the wait for the in-flight cap."""
+        lag = self.send_lag_ms
+        return None if lag is None else lag - self.cap_wait_s * 1000.0
 
     @property
     def ttft_s(self) -> float | None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from moe_opt.flags import OptimizationFlags
+from workloads.health import ClientBound, ClientHealth
 from workloads.metrics import ArmSummary
 from workloads.records import RequestRecord
 
@@ -41,6 +42,7 @@ class ShardResult(_Model):
     round: int
     client: int
     node_id: str | None = Field(description="Ray node the client actor ran on.")
+    start_epoch_s: float = Field(description="Common start of the round (Unix time, s).")
     planned: int = Field(description="Requests in this shard.")
     received: int = Field(description="Records that reached the driver.")
     status: Literal["ok", "lost"] = Field(description="'lost': the client actor died before finishing.")
@@ -65,6 +67,14 @@ class ArmResult(_Model):
     summary: ArmSummary | None = None
     rounds: int = Field(1, description="Rounds this arm ran (one engine start each when interleaved).")
     shards: list[ShardResult] = Field(default_factory=list, description="Client actors of every round.")
+    client_health: list[ClientHealth] = Field(
+        default_factory=list, description="Event-loop lag and CPU of every client actor of this arm."
+    )
+    client_bound: ClientBound | None = Field(
+        None,
+        description="Client-bound check: merged p99 dispatch lag of this arm's records against the bound; "
+        "null when not checked.",
+    )
     records_file: str = Field(
         description="JSON Lines file (relative to the run folder), appended as requests finished."
     )
@@ -76,6 +86,8 @@ class ScheduleInfo(_Model):
     duration_s: float
     clipped_input: int
     clipped_output: int
+    clipped_context: int = Field(0, description="Requests cut to fit the engine's context (max_model_len).")
+    skipped: dict[str, int] = Field(default_factory=dict, description="Trace rows left out on purpose, by reason.")
 
 
 class RunResult(_Model):

@@ -1,8 +1,11 @@
-"""Azure LLM inference trace (2023 and 2024 releases): TIMESTAMP, ContextTokens, GeneratedTokens."""
+"""Azure LLM inference trace (2023 and 2024 releases): TIMESTAMP, ContextTokens, GeneratedTokens.
+
+2023 timestamps carry 7 fractional digits and no zone; 2024 ones carry a zone (``+00:00``).
+"""
 
 from __future__ import annotations
 
-import csv
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -10,9 +13,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.schedule import TraceRow
-from workloads.traces.base import TraceFormatError, resolve_trace_path
+from workloads.traces.base import (
+    LoadedTrace,
+    TraceFormatError,
+    check_order,
+    csv_rows,
+    non_empty,
+    parse_int,
+    resolve_trace_path,
+)
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_FRACTION = re.compile(r"\.(\d+)")
 
 
 class AzureTraceSpec(BaseModel):
@@ -21,43 +33,35 @@ class AzureTraceSpec(BaseModel):
     kind: Literal["azure"] = "azure"
     path: Path = Field(
         Path("azure_conv_2023_sample.csv"),
-        description="CSV with TIMESTAMP, ContextTokens, GeneratedTokens; relative to the experiment file, "
-        "the working directory or the bundled data folder.",
+        description="CSV with TIMESTAMP, ContextTokens, GeneratedTokens (2023 or 2024 release); relative to the "
+        "experiment file, the working directory or the bundled data folder.",
     )
     max_requests: int | None = Field(None, ge=1, description="Use only the first N rows.")
 
 
-def _parse_timestamp(text: str) -> datetime:
-    # The 2023 files carry 7 fractional digits, which datetime does not accept: keep microseconds.
-    head, dot, frac = text.strip().partition(".")
-    return datetime.fromisoformat(head + (dot + frac[:6] if dot else ""))
+def parse_timestamp(text: str) -> datetime:
+    # datetime accepts at most 6 fractional digits: keep microseconds, keep any zone suffix.
+    return datetime.fromisoformat(_FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), text.strip(), count=1))
 
 
-def load_azure(spec: AzureTraceSpec, base_dir: Path | None = None) -> list[TraceRow]:
+def load_azure(spec: AzureTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
     path = resolve_trace_path(spec.path, base_dir)
-    rows: list[TraceRow] = []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceFormatError(path, f"missing column(s) {missing}; expected {list(COLUMNS)}", line=1)
-        first: datetime | None = None
-        for row in reader:
-            line = reader.line_num
-            try:
-                ts = _parse_timestamp(row["TIMESTAMP"])
-                ctx, gen = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-            except (ValueError, TypeError) as e:
-                raise TraceFormatError(path, f"bad row {row!r}: {e}", line=line) from None
-            if ctx < 0 or gen < 0:
-                raise TraceFormatError(path, f"negative token count in {row!r}", line=line)
-            first = ts if first is None else first
+    out = LoadedTrace(rows=[])
+    first: datetime | None = None
+    for line, row in csv_rows(path, COLUMNS):
+        try:
+            ts = parse_timestamp(row["TIMESTAMP"])
+        except ValueError as e:
+            raise TraceFormatError(path, f"TIMESTAMP: {e}", line=line) from None
+        ctx = parse_int(path, line, "ContextTokens", row["ContextTokens"])
+        gen = parse_int(path, line, "GeneratedTokens", row["GeneratedTokens"])
+        first = ts if first is None else first
+        try:
             arrival_s = (ts - first).total_seconds()
-            if rows and arrival_s < rows[-1].arrival_s:
-                raise TraceFormatError(path, "timestamps go backwards", line=line)
-            rows.append(TraceRow(arrival_s=arrival_s, input_tokens=ctx, output_tokens=gen))
-            if spec.max_requests is not None and len(rows) >= spec.max_requests:
-                break
-    if not rows:
-        raise TraceFormatError(path, "no requests in trace")
-    return rows
+        except TypeError:
+            raise TraceFormatError(path, "TIMESTAMP: mixes times with and without a zone", line=line) from None
+        check_order(path, line, out.rows, arrival_s)
+        out.rows.append(TraceRow(arrival_s=arrival_s, input_tokens=ctx, output_tokens=gen, line=line))
+        if spec.max_requests is not None and len(out.rows) >= spec.max_requests:
+            break
+    return non_empty(path, out)

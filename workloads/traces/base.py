@@ -1,8 +1,13 @@
-"""What every trace kind shares: the error type that names the file and line."""
+"""What every trace kind shares: the error that names file and line, path lookup, CSV rows, checks."""
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from workloads.schedule import TraceRow
 
 
 class TraceFormatError(ValueError):
@@ -15,9 +20,22 @@ class TraceFormatError(ValueError):
         self.line = line
 
 
+@dataclass
+class LoadedTrace:
+    """Rows plus what a loader skipped on purpose (by reason), so nothing is dropped silently."""
+
+    rows: list[TraceRow]
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+
 def resolve_trace_path(path: Path, base_dir: Path | None) -> Path:
     """Relative paths are relative to the experiment file, then to the packaged data folder."""
     if path.is_absolute():
+        if not path.exists():
+            raise TraceFormatError(path, "trace file not found")
         return path
     candidates = [] if base_dir is None else [base_dir / path]
     candidates += [Path.cwd() / path, Path(__file__).resolve().parent.parent / "data" / path]
@@ -25,3 +43,42 @@ def resolve_trace_path(path: Path, base_dir: Path | None) -> Path:
         if c.exists():
             return c
     raise TraceFormatError(path, "trace file not found (looked in: " + ", ".join(str(c) for c in candidates) + ")")
+
+
+def csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row) for every data row, after checking the header names every column."""
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            raise TraceFormatError(path, f"empty file; expected a header with {list(columns)}", line=1)
+        missing = [c for c in columns if c not in reader.fieldnames]
+        if missing:
+            raise TraceFormatError(path, f"missing column(s) {missing}; expected {list(columns)}", line=1)
+        for row in reader:
+            if None in row or any(row.get(c) is None for c in columns):
+                raise TraceFormatError(path, f"wrong number of fields in {row!r}", line=reader.line_num)
+            yield reader.line_num, row
+
+
+def parse_int(path: Path, line: int, name: str, text: str) -> int:
+    try:
+        value = int(float(text)) if "." in text or "e" in text.lower() else int(text)
+    except ValueError:
+        raise TraceFormatError(path, f"{name}: not a number: {text!r}", line=line) from None
+    if value < 0:
+        raise TraceFormatError(path, f"{name}: negative token count {value}", line=line)
+    return value
+
+
+def check_order(path: Path, line: int, rows: list[TraceRow], arrival_s: float) -> None:
+    if rows and rows[-1].arrival_s is not None and arrival_s < rows[-1].arrival_s:
+        raise TraceFormatError(
+            path, f"timestamps go backwards ({arrival_s:.6f} s after {rows[-1].arrival_s:.6f} s)", line=line
+        )
+
+
+def non_empty(path: Path, loaded: LoadedTrace) -> LoadedTrace:
+    if not loaded.rows:
+        detail = f" (skipped: {loaded.skipped})" if loaded.skipped else ""
+        raise TraceFormatError(path, f"no requests in trace{detail}")
+    return loaded

@@ -1,27 +1,118 @@
-"""Fixed-length requests at a constant rate: the smallest trace that exercises the whole path."""
+"""Synthetic requests: lengths from fixed, uniform, lognormal or empirical distributions.
+
+The empirical kind draws lengths from another trace, to replay a real length mix at a rate or
+arrival process of one's choice. An optional shared prefix opens every prompt (system prompt).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from workloads.schedule import TraceRow
+from workloads.traces.base import LoadedTrace
+
+SHARED_PREFIX_KEY = 1 << 39
 
 
-class SyntheticTraceSpec(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+class FixedLengths(_Strict):
+    kind: Literal["fixed"] = "fixed"
+    tokens: int = Field(ge=1, description="Every request has this length.")
+
+
+class UniformLengths(_Strict):
+    kind: Literal["uniform"] = "uniform"
+    min_tokens: int = Field(ge=1, description="Smallest length (inclusive).")
+    max_tokens: int = Field(ge=1, description="Largest length (inclusive).")
+
+
+class LognormalLengths(_Strict):
+    kind: Literal["lognormal"] = "lognormal"
+    median_tokens: float = Field(gt=0, description="Median length (exp of the log-mean).")
+    sigma: float = Field(gt=0, description="Standard deviation of log length.")
+    max_tokens: int | None = Field(None, ge=1, description="Redraw-free cap: longer draws are clipped to this.")
+
+
+class EmpiricalLengths(_Strict):
+    kind: Literal["empirical"] = "empirical"
+    trace: dict[str, object] = Field(
+        description="Any trace spec (e.g. {kind: azure, path: ...}); lengths are resampled from its rows."
+    )
+    side: Literal["input", "output"] = Field(description="Which of the trace's lengths to draw from.")
+
+
+LengthDistribution = Annotated[
+    FixedLengths | UniformLengths | LognormalLengths | EmpiricalLengths, Field(discriminator="kind")
+]
+
+
+class SyntheticTraceSpec(_Strict):
     kind: Literal["synthetic"] = "synthetic"
     num_requests: int = Field(ge=1, description="How many requests.")
-    input_tokens: int = Field(ge=1, description="Prompt length of every request.")
-    output_tokens: int = Field(ge=1, description="Output length of every request.")
-    rate_rps: float = Field(gt=0, description="Constant arrival rate, requests per second.")
+    input_tokens: int | LengthDistribution = Field(description="Prompt length: a number or a distribution.")
+    output_tokens: int | LengthDistribution = Field(description="Output length: a number or a distribution.")
+    rate_rps: float | None = Field(
+        None, gt=0, description="Constant-rate timestamps; null: no timestamps (choose a workload.arrival)."
+    )
+    shared_prefix_tokens: int = Field(
+        0, ge=0, description="Tokens at the start of every prompt that are the same for all (a system prompt)."
+    )
+    seed: int = Field(0, description="Seed of the length draws.")
 
 
-def load_synthetic(spec: SyntheticTraceSpec, base_dir: Path | None = None) -> list[TraceRow]:
-    return [
-        TraceRow(arrival_s=i / spec.rate_rps, input_tokens=spec.input_tokens, output_tokens=spec.output_tokens)
-        for i in range(spec.num_requests)
-    ]
+def _draw(dist: int | LengthDistribution, n: int, rng: np.random.Generator, base_dir: Path | None) -> list[int]:
+    if isinstance(dist, int):
+        return [dist] * n
+    return [max(1, int(v)) for v in DRAWS[dist.kind](dist, n, rng, base_dir)]
+
+
+def _fixed(d: FixedLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
+    return np.full(n, d.tokens)
+
+
+def _uniform(d: UniformLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
+    lo, hi = sorted((d.min_tokens, d.max_tokens))
+    return rng.integers(lo, hi + 1, size=n)
+
+
+def _lognormal(d: LognormalLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
+    v = np.rint(rng.lognormal(np.log(d.median_tokens), d.sigma, size=n))
+    return np.minimum(v, d.max_tokens) if d.max_tokens is not None else v
+
+
+def _empirical(d: EmpiricalLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
+    from workloads.traces import TraceSpec, read_trace  # the union includes this module
+
+    rows = read_trace(TypeAdapter(TraceSpec).validate_python(d.trace), base_dir).rows
+    pool = np.array([r.input_tokens if d.side == "input" else r.output_tokens for r in rows])
+    return rng.choice(pool, size=n, replace=True)
+
+
+Draw = Callable[[Any, int, np.random.Generator, Path | None], np.ndarray]
+DRAWS: dict[str, Draw] = {"fixed": _fixed, "uniform": _uniform, "lognormal": _lognormal, "empirical": _empirical}
+
+
+def load_synthetic(spec: SyntheticTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+    rng = np.random.default_rng(spec.seed)
+    inputs = _draw(spec.input_tokens, spec.num_requests, rng, base_dir)
+    outputs = _draw(spec.output_tokens, spec.num_requests, rng, base_dir)
+    prefix = ((SHARED_PREFIX_KEY, spec.shared_prefix_tokens),) if spec.shared_prefix_tokens else ()
+    return LoadedTrace(
+        rows=[
+            TraceRow(
+                arrival_s=None if spec.rate_rps is None else i / spec.rate_rps,
+                input_tokens=spec.shared_prefix_tokens + inputs[i],
+                output_tokens=outputs[i],
+                shared_blocks=prefix,
+            )
+            for i in range(spec.num_requests)
+        ]
+    )

@@ -1,0 +1,98 @@
+"""Is the client keeping up? Event-loop lag, CPU, and the client-bound verdict.
+
+A saturated client delays sends and token reads, which shows up as server latency that is not
+the server's. Measuring the client alongside the server lets a run say "these numbers are the
+client's limit" instead of publishing them as the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from workloads.records import RequestRecord
+
+LOOP_PROBE_INTERVAL_S = 0.01
+DEFAULT_MAX_DISPATCH_LAG_P99_MS = 1.0
+
+
+class ClientHealth(BaseModel):
+    """One client process over one replay."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client: int = Field(0, description="Client actor (shard) index.")
+    node_id: str | None = Field(None, description="Ray node it ran on, when known.")
+    requests: int = Field(description="Records this client produced.")
+    wall_s: float = Field(description="Duration of the replay in this client.")
+    cpu_percent: float = Field(description="Process CPU time over wall time, in percent of one core.")
+    loop_lag_p50_ms: float = Field(description="Median lateness of a 10 ms event-loop probe.")
+    loop_lag_p99_ms: float = Field(description="p99 lateness of the event-loop probe.")
+    loop_lag_max_ms: float = Field(description="Worst lateness of the event-loop probe.")
+    dispatch_lag_p99_ms: float | None = Field(
+        description="p99 of actual minus intended send time, without in-flight-cap waits."
+    )
+
+
+class ClientBound(BaseModel):
+    """Whether the client, not the server, limited a set of records."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flagged: bool = Field(description="True when dispatch_lag_p99_ms exceeds bound_ms: numbers are suspect.")
+    dispatch_lag_p99_ms: float | None = Field(description="Over the merged raw records of every client.")
+    bound_ms: float = Field(description="The configured bound.")
+
+
+def dispatch_lag_p99_ms(records: Sequence[RequestRecord]) -> float | None:
+    lags = [v for r in records if (v := r.dispatch_lag_ms) is not None]
+    return float(np.percentile(lags, 99)) if lags else None
+
+
+def client_bound(records: Sequence[RequestRecord], bound_ms: float = DEFAULT_MAX_DISPATCH_LAG_P99_MS) -> ClientBound:
+    p99 = dispatch_lag_p99_ms(records)
+    return ClientBound(flagged=p99 is not None and p99 > bound_ms, dispatch_lag_p99_ms=p99, bound_ms=bound_ms)
+
+
+class HealthProbe:
+    """Runs beside a replay; ``result`` is set when the replay ends."""
+
+    def __init__(self, client: int = 0, node_id: str | None = None) -> None:
+        self.client, self.node_id = client, node_id
+        self.result: ClientHealth | None = None
+        self._lags_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._wall0 = self._cpu0 = 0.0
+
+    def start(self) -> None:
+        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
+        self._task = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(LOOP_PROBE_INTERVAL_S)
+            self._lags_ms.append(max(0.0, (time.perf_counter() - t - LOOP_PROBE_INTERVAL_S) * 1000.0))
+
+    async def stop(self, records: Sequence[RequestRecord]) -> ClientHealth:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        wall = time.perf_counter() - self._wall0
+        lags = np.asarray(self._lags_ms or [0.0])
+        self.result = ClientHealth(
+            client=self.client,
+            node_id=self.node_id,
+            requests=len(records),
+            wall_s=wall,
+            cpu_percent=100.0 * (time.process_time() - self._cpu0) / wall if wall > 0 else 0.0,
+            loop_lag_p50_ms=float(np.percentile(lags, 50)),
+            loop_lag_p99_ms=float(np.percentile(lags, 99)),
+            loop_lag_max_ms=float(lags.max()),
+            dispatch_lag_p99_ms=dispatch_lag_p99_ms(records),
+        )
+        return self.result

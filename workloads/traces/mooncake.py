@@ -1,0 +1,83 @@
+"""Mooncake JSONL (FAST'25 traces): timestamp (ms), input_length, output_length, hash_ids.
+
+Each hash id names one block of ``block_tokens`` prompt tokens; two requests with the same id
+share that block. The rows keep the ids as shared blocks, so the prompts built from them share
+exactly the tokens the trace says they share, and the prefix cache sees the real hit pattern.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workloads.schedule import TraceRow
+from workloads.traces.base import LoadedTrace, TraceFormatError, check_order, non_empty, resolve_trace_path
+
+FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+class MooncakeTraceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["mooncake"] = "mooncake"
+    path: Path = Field(Path("mooncake_synthetic_sample.jsonl"), description="Mooncake JSON Lines trace.")
+    max_requests: int | None = Field(None, ge=1, description="Use only the first N rows.")
+    block_tokens: int = Field(512, ge=1, description="Tokens per hash id (512 in the published traces).")
+
+
+def _field(path: Path, line: int, obj: dict[str, Any], name: str, kind: type) -> Any:
+    if name not in obj:
+        raise TraceFormatError(path, f"missing field {name!r}; expected {list(FIELDS)}", line=line)
+    value = obj[name]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int | float) or value != int(value)):
+        raise TraceFormatError(path, f"{name}: not an integer: {value!r}", line=line)
+    if kind is int and value < 0:
+        raise TraceFormatError(path, f"{name}: negative value {value}", line=line)
+    return value
+
+
+def _blocks(path: Path, line: int, ids: Any, input_tokens: int, block_tokens: int) -> tuple[tuple[int, int], ...]:
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise TraceFormatError(path, "hash_ids: must be a list of non-negative integers", line=line)
+    blocks, left = [], input_tokens
+    for i in ids:
+        if left <= 0:
+            break
+        blocks.append((i, min(block_tokens, left)))
+        left -= block_tokens
+    return tuple(blocks)
+
+
+def load_mooncake(spec: MooncakeTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+    path = resolve_trace_path(spec.path, base_dir)
+    out = LoadedTrace(rows=[])
+    with path.open() as f:
+        for line, text in enumerate(f, start=1):
+            if not text.strip():
+                out.skip("blank line")
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise TraceFormatError(path, f"not JSON: {e.msg}", line=line) from None
+            if not isinstance(obj, dict):
+                raise TraceFormatError(path, "each line must be a JSON object", line=line)
+            ts_ms = _field(path, line, obj, "timestamp", int)
+            inp = int(_field(path, line, obj, "input_length", int))
+            outp = int(_field(path, line, obj, "output_length", int))
+            blocks = _blocks(path, line, _field(path, line, obj, "hash_ids", list), inp, spec.block_tokens)
+            check_order(path, line, out.rows, ts_ms / 1000.0)
+            out.rows.append(
+                TraceRow(
+                    arrival_s=ts_ms / 1000.0, input_tokens=inp, output_tokens=outp, shared_blocks=blocks, line=line
+                )
+            )
+            if spec.max_requests is not None and len(out.rows) >= spec.max_requests:
+                break
+    loaded = non_empty(path, out)
+    t0 = loaded.rows[0].arrival_s or 0.0
+    loaded.rows = [r.model_copy(update={"arrival_s": (r.arrival_s or 0.0) - t0}) for r in loaded.rows]
+    return loaded
