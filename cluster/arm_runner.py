@@ -1,8 +1,8 @@
-"""Everything one arm goes through: reserve, start, warm up, replay, stop, release.
+"""Everything one arm goes through: reserve, start, warm up, replay (per round), stop, release.
 
 Each step that can fail turns into a failed ArmResult with the reason and the engine's log tail;
-nothing here raises past ``run`` except KeyboardInterrupt, so one arm's death never takes the other
-arm's results with it. Records are appended to disk the moment they reach the driver.
+nothing here raises past its callers except KeyboardInterrupt, so one arm's death never takes the
+other arm's results with it. Records are appended to disk the moment they reach the driver.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from cluster.client_actor import ClientActor
-from cluster.config import ArmSpec, ExperimentConfig
+from cluster.client_placement import ClientPlacementError, client_nodes
+from cluster.config import ArmSpec, EngineSpec, ExperimentConfig
 from cluster.engine import Device, EngineActor
 from cluster.placement import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
 from cluster.server_process import EngineStartError
@@ -25,8 +26,8 @@ from moe_opt.flags import cpu_effect_note
 from workloads.client import ClientSettings
 from workloads.metrics import summarize
 from workloads.records import RequestRecord
-from workloads.results import ArmResult, EngineInfo
-from workloads.schedule import PlannedRequest
+from workloads.results import ArmResult, EngineInfo, ShardResult
+from workloads.schedule import PlannedRequest, shard
 
 STOP_TIMEOUT_S = 60.0
 
@@ -36,7 +37,8 @@ def _reason(err: BaseException) -> tuple[str, str | None]:
     cause = err.cause if isinstance(err, RayTaskError) and err.cause is not None else err
     if isinstance(cause, EngineStartError):
         return str(cause).split("\n--- engine log", 1)[0], cause.log_tail
-    return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}", None
+    text = str(cause)
+    return f"{type(cause).__name__}: {text.splitlines()[0] if text else ''}", None
 
 
 class ArmRunner:
@@ -50,55 +52,92 @@ class ArmRunner:
         on_records: Callable[[str, int], None],
     ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
+        self.flags = cfg.arm_flags(arm)
         self.requests, self.on_records = requests, on_records
         self.records: list[RequestRecord] = []
+        self.shards: list[ShardResult] = []
+        self.rounds_done = 0
         self.records_path = run_dir / "records" / f"{arm.name}.jsonl"
         self.pg: Any = None
         self.engine: Any = None
-        self.client: Any = None
+        self.clients: list[Any] = []
+        self.client_nodes: list[str] = []
         self.info: EngineInfo | None = None
         self.failure: tuple[str, str | None] | None = None
         self.lock = threading.Lock()
         self.notes: list[str] = []
-        self.flags_applied = device == "cuda"
-        if device == "cpu" and (note := cpu_effect_note(arm.flags)):
+        sim = cfg.simulate.cpu_engine_on_simulated_gpus
+        self.engine_device: Device = "cpu" if sim else device
+        self.flags_applied = self.engine_device == "cuda"
+        if sim:
+            self.notes.append(
+                f"simulated GPUs: placed with TP={cfg.engine.tensor_parallel_size} GPU bundles, served by vLLM's "
+                f"CPU build at TP={cfg.simulate.engine_tensor_parallel_size}"
+            )
+        if self.engine_device == "cpu" and (note := cpu_effect_note(self.flags)):
             self.notes.append(note)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def _engine_spec(self) -> EngineSpec:
+        if not self.cfg.simulate.cpu_engine_on_simulated_gpus:
+            return self.cfg.engine
+        return self.cfg.engine.model_copy(
+            update={"tensor_parallel_size": self.cfg.simulate.engine_tensor_parallel_size}
+        )
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> bool:
-        """Reserve and start the engine; False (with ``failure`` set) if the arm cannot run."""
+        """Reserve and start the engine and its clients; False (with ``failure`` set) if it cannot run."""
         eng = self.cfg.engine
         try:
             self.pg = reserve(self.arm.name, arm_bundles(eng, self.device), eng.placement_timeout_s)
             gpu_ids = bundle_gpu_ids(self.pg, eng.tensor_parallel_size) if self.device == "cuda" else []
-            actor_cls = ray.remote(EngineActor)
-            self.engine = actor_cls.options(
-                num_cpus=eng.cpus_per_engine,
-                max_concurrency=2,  # stop() must be able to run while start() is still waiting
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=0),
-                name=None,
-            ).remote(self.arm.name, self.arm.flags, self.cfg.model, eng, self.device, gpu_ids)
+            self.engine = (
+                ray.remote(EngineActor)
+                .options(
+                    num_cpus=eng.cpus_per_engine,
+                    max_concurrency=2,  # stop() must be able to run while start() is still waiting
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=0),
+                )
+                .remote(self.arm.name, self.flags, self.cfg.model, self._engine_spec(), self.engine_device, gpu_ids)
+            )
             self.info = ray.get(self.engine.start.remote())
             ray.get(self.engine.warmup.remote(self.cfg.client.warmup_requests))
-            # The engine binds loopback by default: the client must then share its node. It is
-            # started (and its imports paid for) now, so it is ready before the common start time.
-            self.client = (
-                ray.remote(ClientActor)
-                .options(
-                    num_cpus=0,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.info.node_id, soft=False),
-                )
-                .remote()
-            )
-            ray.get(self.client.ready.remote())
+            self._start_clients()
             return True
-        except PlacementError as e:
+        except (PlacementError, ClientPlacementError) as e:
             self.failure = (str(e), None)
         except (RayError, EngineStartError) as e:
             self.failure = _reason(e)
         return False
 
-    def replay(self, start_epoch_s: float) -> None:
+    def _start_clients(self) -> None:
+        """Started (and their imports paid for) now, so they are ready before the common start."""
+        assert self.info is not None
+        c = self.cfg.client
+        nodes = client_nodes(c.placement, self.info.node_id, c.actors_per_arm, self.cfg.engine.host)
+        self.clients = [
+            ray.remote(ClientActor)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+            .remote()
+            for node in nodes
+        ]
+        self.client_nodes = nodes
+        ray.get([cl.ready.remote() for cl in self.clients])
+
+    def between_rounds(self) -> bool:
+        """Fresh prefix cache and a health check, so round N+1 does not profit from round N."""
+        try:
+            ray.get(self.engine.reset_for_next_round.remote())
+            return True
+        except RayError as e:
+            self.failure = _reason(e)
+            return False
+
+    def replay(self, round_index: int, start_epoch_s: float) -> None:
         assert self.info is not None
         lo, hi = ray.get(self.engine.prompt_id_range.remote())
         settings = ClientSettings(
@@ -111,69 +150,128 @@ class ArmRunner:
             max_in_flight=self.cfg.client.max_in_flight,
             request_timeout_s=self.cfg.client.request_timeout_s,
         )
-        kill_after = self.cfg.chaos.kill_engine_after_records.get(self.arm.name)
-        payload = [r.model_dump() for r in self.requests]
         self.records_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            gen = self.client.replay.options(num_returns="streaming").remote(payload, settings, start_epoch_s)
-            with self.records_path.open("a") as out:
+        n = len(self.clients)
+        chaos = self.cfg.chaos if round_index == 0 else None
+        kill_engine_after = chaos.kill_engine_after_records.get(self.arm.name) if chaos else None
+        kill_client_after = chaos.kill_client_after_records.get(self.arm.name) if chaos else None
+        received_this_round = [0]
+        out = self.records_path.open("a")
+
+        def consume(i: int) -> None:
+            nonlocal kill_engine_after, kill_client_after
+            part = shard(self.requests, n, i)
+            result = ShardResult(
+                round=round_index,
+                client=i,
+                node_id=self.client_nodes[i],
+                start_epoch_s=start_epoch_s,
+                planned=len(part),
+                received=0,
+                status="ok",
+            )
+            gen = (
+                self.clients[i]
+                .replay.options(num_returns="streaming")
+                .remote([r.model_dump() for r in part], settings, start_epoch_s)
+            )
+            try:
                 for ref in gen:
                     batch = [RequestRecord.model_validate(d) for d in ray.get(ref)]
-                    for rec in batch:
-                        out.write(rec.model_dump_json() + "\n")
-                    out.flush()
                     with self.lock:
+                        for rec in batch:
+                            rec.round, rec.client = round_index, i
+                            out.write(rec.model_dump_json() + "\n")
+                        out.flush()
                         self.records.extend(batch)
+                        result.received += len(batch)
+                        received_this_round[0] += len(batch)
+                        seen = received_this_round[0]
+                        kill_engine = kill_engine_after is not None and seen >= kill_engine_after
+                        kill_client = kill_client_after is not None and seen >= kill_client_after
+                        if kill_engine:
+                            kill_engine_after = None
+                        if kill_client:
+                            kill_client_after = None
                     self.on_records(self.arm.name, len(batch))
-                    if kill_after is not None and len(self.records) >= kill_after:
+                    if kill_engine:
                         ray.get(self.engine.kill_server.remote())
-                        kill_after = None
-        except RayActorError as e:
-            self.failure = (f"client actor died: {e}", None)
+                    if kill_client:
+                        ray.kill(self.clients[0])
+            except RayActorError as e:
+                result.status = "lost"
+                result.error = f"client actor died: {str(e).splitlines()[0]}"
+            except Exception as e:  # a bug in the client must fail the arm loudly, not vanish with the thread
+                result.status = "lost"
+                result.error = f"client failed: {_reason(e)[0]}"
+            with self.lock:
+                self.shards.append(result)
+
+        threads = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
+        out.close()
+        self.rounds_done += 1
+        lost = [s for s in self.shards if s.round == round_index and s.status == "lost"]
+        if lost:
+            missing = sum(s.planned - s.received for s in lost)
+            self.failure = (
+                f"round {round_index}: client actor(s) {[s.client for s in lost]} lost; "
+                f"{missing} request(s) of their shards have no record ({lost[0].error})",
+                None,
+            )
         code = ray.get(self.engine.poll.remote())
         if code is not None:
             tail = ray.get(self.engine.log_tail.remote())
-            self.failure = (f"engine died during the replay (exit code {code})", tail)
+            self.failure = (f"engine died during the replay (exit code {code}, round {round_index})", tail)
 
     def stop(self) -> None:
         """Idempotent; safe after any failure and from a Ctrl-C handler."""
         if self.engine is not None:
             try:
-                code, tail = ray.get(self.engine.stop.remote(), timeout=STOP_TIMEOUT_S)
-                if self.failure is not None and self.failure[1] is None:
+                _, tail = ray.get(self.engine.stop.remote(), timeout=STOP_TIMEOUT_S)
+                if self.failure is not None and self.failure[1] is None and "client actor" not in self.failure[0]:
                     self.failure = (self.failure[0], tail)
             except (RayError, GetTimeoutError):
                 pass
             ray.kill(self.engine)
             self.engine = None
-        if self.client is not None:
-            ray.kill(self.client)
-            self.client = None
+        for cl in self.clients:
+            ray.kill(cl)
+        self.clients = []
         release(self.pg)
         self.pg = None
 
     # --- result --------------------------------------------------------------------------------
     def result(self, interrupted: bool = False) -> ArmResult:
         with self.lock:
-            records = sorted(self.records, key=lambda r: r.index)
+            records = sorted(self.records, key=lambda r: (r.round, r.index))
+            shards = sorted(self.shards, key=lambda s: (s.round, s.client))
         sent = sum(1 for r in records if r.actual_send_s is not None)
         ok = sum(1 for r in records if r.ok)
+        planned = len(self.requests) * max(1, self.cfg.rounds)
         failure = self.failure or (("interrupted", None) if interrupted else None)
         return ArmResult(
             name=self.arm.name,
-            flags=self.arm.flags,
+            control_of=self.arm.control_of,
+            flags=self.flags,
             flags_applied=self.flags_applied,
             notes=self.notes,
             status="failed" if failure else "ok",
             failure_reason=failure[0] if failure else None,
             engine=self.info,
             engine_log_tail=failure[1] if failure else None,
-            requests_planned=len(self.requests),
+            requests_planned=planned,
             requests_sent=sent,
             requests_succeeded=ok,
             requests_failed=sent - ok,
-            requests_not_sent=len(self.requests) - sent,
+            requests_not_sent=planned - sent,
             summary=summarize(records) if records else None,
+            rounds=self.rounds_done,
+            shards=shards,
             records_file=str(self.records_path.relative_to(self.run_dir)),
             records=records,
         )

@@ -51,6 +51,34 @@ def cmd_validate(ns: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 
+def cmd_plan(ns: argparse.Namespace) -> int:
+    """Exit 0 when every arm fits the cluster now, 2 (refused) when one cannot."""
+    import ray
+
+    from cluster.driver import RunError, connect_ray, plan, resolve_device
+    from cluster.plan import cluster_nodes, make_plan, peak_rate_rps, render
+
+    try:
+        cfg, base_dir = _load(ns.experiment, collect_overrides(ns))
+        schedule = plan(cfg, base_dir)
+    except (ConfigError, RunError) as e:
+        print(f"moeperf: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    started = connect_ray(cfg)
+    try:
+        device = resolve_device(cfg)
+        nodes = cluster_nodes()
+        plans = make_plan(cfg, device, nodes)
+        print(render(cfg, device, nodes, plans, peak_rate_rps(schedule.requests)))
+    finally:
+        if started:
+            ray.shutdown()
+    if any(p.missing for p in plans):
+        print("moeperf: plan refused: at least one arm cannot be placed on this cluster", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
 def cmd_schema(ns: argparse.Namespace) -> int:
     from cluster.schemas import write_schemas
 
@@ -95,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("experiment", nargs="?", help="Experiment YAML; omit for the embedded default.")
     add_model_options(run, ExperimentConfig)
     run.set_defaults(func=cmd_run)
+    pln = sub.add_parser("plan", help="Show where arms and client actors would go on the current cluster.")
+    pln.add_argument("experiment", nargs="?", help="Experiment YAML; omit for the embedded default.")
+    add_model_options(pln, ExperimentConfig)
+    pln.set_defaults(func=cmd_plan)
     val = sub.add_parser("validate", help="Check experiment files (config, trace, lengths) without running.")
     val.add_argument("files", nargs="+")
     val.set_defaults(func=cmd_validate)

@@ -60,7 +60,11 @@ class EngineSpec(Strict):
     accelerator_type: str | None = Field(None, description="Ray accelerator type the GPUs must have, e.g. 'H200'.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Give up on an engine not healthy after this.")
     placement_timeout_s: float = Field(120.0, gt=0, description="Give up on an arm not placed after this.")
-    host: str = Field("127.0.0.1", description="Address the server binds; loopback keeps client and engine co-located.")
+    host: str = Field(
+        "127.0.0.1",
+        description="Address the server binds: loopback keeps clients on the engine's node; 'node-ip' binds the "
+        "node's Ray address so client actors on other nodes can reach it.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
 
@@ -69,11 +73,24 @@ class ClientSpec(Strict):
     max_in_flight: int | None = Field(None, ge=1, description="Cap on requests in flight per arm; null: no cap.")
     request_timeout_s: float = Field(600.0, gt=0, description="A request not finished after this is failed.")
     warmup_requests: int = Field(2, ge=0, description="Requests sent to each engine before the measured replay.")
+    actors_per_arm: int = Field(
+        1, ge=1, description="Client actors per arm; each replays a round-robin shard of the schedule."
+    )
+    placement: Literal["engine_node", "spread"] = Field(
+        "engine_node",
+        description="'engine_node': client actors on the engine's node; 'spread': round-robin over the cluster's "
+        "worker nodes (the head only if it is the only node).",
+    )
 
 
 class ArmSpec(Strict):
     name: str = Field(description="Unique arm name (letters, digits, '_', '.', '-').")
     flags: OptimizationFlags = Field(default_factory=OptimizationFlags, description="Optimizations of this arm.")
+    control_of: str | None = Field(
+        None,
+        description="Make this an A/A control of the named arm: same flags, its own engine; measures the noise "
+        "floor the verdicts are judged against.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -90,6 +107,23 @@ class ChaosSpec(Strict):
         default_factory=dict,
         description="arm name -> SIGKILL that arm's vLLM server once this many of its records are finished.",
     )
+    kill_client_after_records: dict[str, int] = Field(
+        default_factory=dict,
+        description="arm name -> kill that arm's first client actor once this many of its records are finished.",
+    )
+
+
+class SimulationSpec(Strict):
+    """TEST SETTING for clusters whose GPUs are only declared (ray.cluster_utils.Cluster, num_gpus=8).
+
+    Placement uses engine.tensor_parallel_size and real GPU bundles; the engine started inside the
+    placement is vLLM's CPU build at this size. Never set on a real cluster.
+    """
+
+    cpu_engine_on_simulated_gpus: bool = Field(
+        False, description="Start the CPU build of vLLM inside GPU placement groups (simulated GPUs only)."
+    )
+    engine_tensor_parallel_size: int = Field(1, ge=1, description="TP of that CPU engine.")
 
 
 def _default_arms() -> list[ArmSpec]:
@@ -129,7 +163,16 @@ class ExperimentConfig(Strict):
     client: ClientSpec = Field(default_factory=ClientSpec, description="The load generator.")
     arms: list[ArmSpec] = Field(default_factory=_default_arms, min_length=1, description="The arms to compare.")
     workload: WorkloadSpec = Field(default_factory=_default_workload, description="Trace and its scaling.")
+    rounds: int = Field(
+        1,
+        ge=1,
+        description="Rounds. interleaved: arms run A B B A ... on the same resources, a fresh engine each turn; "
+        "parallel: engines stay up and the prefix cache is reset and health checked between rounds.",
+    )
     chaos: ChaosSpec = Field(default_factory=ChaosSpec, description="Fault injection (tests only).")
+    simulate: SimulationSpec = Field(
+        default_factory=SimulationSpec, description="Simulated-cluster test setting (see SimulationSpec)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentConfig:
@@ -137,10 +180,26 @@ class ExperimentConfig(Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"arms: duplicate arm name(s) {dupes}")
-        unknown = sorted(set(self.chaos.kill_engine_after_records) - set(names))
-        if unknown:
-            raise ValueError(f"chaos.kill_engine_after_records: unknown arm(s) {unknown}")
+        for field in ("kill_engine_after_records", "kill_client_after_records"):
+            unknown = sorted(set(getattr(self.chaos, field)) - set(names))
+            if unknown:
+                raise ValueError(f"chaos.{field}: unknown arm(s) {unknown}")
+        by_name = {a.name: a for a in self.arms}
+        for i, arm in enumerate(self.arms):
+            if arm.control_of is None:
+                continue
+            target = by_name.get(arm.control_of)
+            if target is None or target.control_of is not None or target is arm:
+                raise ValueError(f"arms.{i}.control_of: {arm.control_of!r} is not another, non-control arm")
+            if "flags" in arm.model_fields_set and arm.flags != target.flags:
+                raise ValueError(f"arms.{i}.flags: an A/A control must have the flags of {target.name!r}")
         return self
+
+    def arm_flags(self, arm: ArmSpec) -> OptimizationFlags:
+        """The flags an arm runs with: a control arm inherits those of the arm it duplicates."""
+        if arm.control_of is None:
+            return arm.flags
+        return next(a.flags for a in self.arms if a.name == arm.control_of)
 
 
 class ConfigError(ValueError):

@@ -68,7 +68,7 @@ def connect_ray(cfg: ExperimentConfig) -> bool:
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
         return False
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
     return True
 
 
@@ -136,8 +136,7 @@ class Driver:
             if self.cfg.placement == "parallel":
                 self._run_parallel(runners)
             else:
-                for r in runners:
-                    self._run_arm(r)
+                self._run_interleaved(runners)
         except KeyboardInterrupt:
             interrupted = True
             print("\ninterrupted: stopping engines and releasing placement groups", flush=True)
@@ -152,43 +151,48 @@ class Driver:
             ray.shutdown()
         return result
 
-    def _bar(self, r: ArmRunner, position: int = 0) -> None:
-        self.bars[r.arm.name] = tqdm(
-            total=len(r.requests),
-            desc=f"{r.arm.name:>20}",
-            unit="req",
-            position=position,
-            dynamic_ncols=True,
-            leave=True,
-        )
+    def _bar(self, r: ArmRunner, round_index: int, position: int = 0) -> tqdm:
+        label = r.arm.name if self.cfg.rounds == 1 else f"{r.arm.name} r{round_index}"
+        bar = tqdm(total=len(r.requests), desc=f"{label:>20}", unit="req", position=position, dynamic_ncols=True)
+        self.bars[r.arm.name] = bar
+        return bar
 
-    def _run_arm(self, r: ArmRunner) -> None:
-        print(f"arm {r.arm.name}: starting engine ({r.arm.flags.describe()})", flush=True)
+    def _start(self, r: ArmRunner, round_index: int) -> bool:
+        print(f"arm {r.arm.name}: round {round_index}: starting engine ({r.flags.describe()})", flush=True)
         if not r.start():
             print(f"arm {r.arm.name}: FAILED to start: {r.failure[0] if r.failure else ''}", flush=True)
             r.stop()
-            return
+            return False
         assert r.info is not None
         print(f"arm {r.arm.name}: engine healthy at {r.info.url} after {r.info.startup_s:.1f} s", flush=True)
-        self._bar(r)
-        r.replay(time.time() + START_DELAY_S)
-        self.bars[r.arm.name].close()
-        r.stop()
+        return True
+
+    def _run_interleaved(self, runners: list[ArmRunner]) -> None:
+        """A B B A ...: each arm gets the same resources in turn; alternating order cancels linear drift."""
+        for round_index in range(self.cfg.rounds):
+            order = runners if round_index % 2 == 0 else runners[::-1]
+            for r in order:
+                if r.failed or not self._start(r, round_index):
+                    continue
+                bar = self._bar(r, round_index)
+                r.replay(round_index, time.time() + START_DELAY_S)
+                bar.close()
+                r.stop()
 
     def _run_parallel(self, runners: list[ArmRunner]) -> None:
-        started = [r for r in runners if r.start()]
-        for r in runners:
-            if r not in started:
-                print(f"arm {r.arm.name}: FAILED to start: {r.failure[0] if r.failure else ''}", flush=True)
-        for i, r in enumerate(started):
-            self._bar(r, i)
-        start = time.time() + START_DELAY_S
-        threads = [threading.Thread(target=r.replay, args=(start,), daemon=True) for r in started]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
+        started = [r for r in runners if self._start(r, 0)]
+        for round_index in range(self.cfg.rounds):
+            live = [r for r in started if not r.failed and (round_index == 0 or r.between_rounds())]
+            bars = [self._bar(r, round_index, i) for i, r in enumerate(live)]
+            start = time.time() + START_DELAY_S
+            threads = [threading.Thread(target=r.replay, args=(round_index, start), daemon=True) for r in live]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
+            for bar in bars:
+                bar.close()
 
     def _result(
         self, schedule: Schedule, runners: list[ArmRunner], env: dict[str, object], interrupted: bool

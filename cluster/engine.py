@@ -89,6 +89,7 @@ def server_argv(
 def server_env(engine: EngineSpec, flags: OptimizationFlags, device: Device, gpu_ids: list[str]) -> dict[str, str]:
     """Only what moeperf sets; the process gets these on top of the actor's own environment."""
     env: dict[str, str] = dict(flags.engine_env())
+    env["VLLM_SERVER_DEV_MODE"] = "1"  # for POST /reset_prefix_cache between rounds
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.cpu_kvcache_space_gib:g}"
         if engine.tensor_parallel_size > 1:
@@ -116,15 +117,19 @@ class EngineActor:
         self.server: ServerProcess | None = None
         self.log_dir = Path(tempfile.mkdtemp(prefix=f"moeperf-engine-{arm}-"))
 
+    def _host(self) -> str:
+        return ray.util.get_node_ip_address() if self.engine.host == "node-ip" else self.engine.host
+
     def start(self) -> EngineInfo:
         model_path = resolve_model_path(self.model)
+        host = self._host()
         env_set = server_env(self.engine, self.flags, self.device, self.gpu_ids)
         last_error: EngineStartError | None = None
         for attempt in range(PORT_ATTEMPTS):
-            port = free_port(self.engine.host)
-            argv = server_argv(self.model, model_path, self.engine, self.flags, self.device, self.engine.host, port)
+            port = free_port(host)
+            argv = server_argv(self.model, model_path, self.engine, self.flags, self.device, host, port)
             log_path = self.log_dir / f"server-{attempt}.log"
-            self.server = ServerProcess(argv, {**os.environ, **env_set}, log_path, self.engine.host, port)
+            self.server = ServerProcess(argv, {**os.environ, **env_set}, log_path, host, port)
             self.server.start()
             try:
                 startup_s = self.server.wait_healthy(self.engine.startup_timeout_s)
@@ -166,6 +171,15 @@ class EngineActor:
             with urllib.request.urlopen(req, timeout=self.engine.startup_timeout_s) as r:
                 r.read()
         return num_requests
+
+    def reset_for_next_round(self) -> None:
+        """Empty the prefix cache and check health; raises if the engine cannot take another round."""
+        assert self.server is not None
+        if self.server.poll() is not None or not self.server.healthy():
+            raise EngineStartError("engine not healthy between rounds", self.server.log_tail())
+        req = urllib.request.Request(f"{self.server.url}/reset_prefix_cache", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
 
     def poll(self) -> int | None:
         return None if self.server is None else self.server.poll()

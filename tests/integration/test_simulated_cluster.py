@@ -1,0 +1,195 @@
+"""Placement proven on a cluster Ray simulates on this machine: a CPU-only head and two worker nodes
+that declare 8 GPUs and an H200 accelerator each. Engines are vLLM's CPU build at TP=1 inside the
+TP=8 placement groups (the clearly named `simulate` test setting)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+from ray.util import placement_group_table
+
+from cluster.config import parse_experiment
+from cluster.driver import Driver
+from tests.integration.conftest import served_name_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+GPU_NODE = {"num_cpus": 2, "num_gpus": 8, "resources": {"accelerator_type:H200": 1}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sim_cluster():
+    # The kernel tests put Triton in interpreter mode for this process; the cluster's workers must not inherit it.
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    dash_port = _free_port()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "num_gpus": 0,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": True,
+            "dashboard_host": "127.0.0.1",
+            "dashboard_port": dash_port,
+        },
+    )
+    workers = [cluster.add_node(node_ip_address="127.0.0.1", **GPU_NODE) for _ in range(2)]
+    ray.init(address=cluster.address)
+    try:
+        yield cluster, [w.node_id for w in workers], f"http://127.0.0.1:{dash_port}"
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def experiment(tmp_path: Path, **over) -> dict:
+    exp = {
+        "name": "sim",
+        "output_dir": str(tmp_path / "runs"),
+        "model": {"served_name": served_name_for(tmp_path)},
+        "engine": {"tensor_parallel_size": 8, "accelerator_type": "H200", "placement_timeout_s": 5},
+        "simulate": {"cpu_engine_on_simulated_gpus": True, "engine_tensor_parallel_size": 1},
+        "client": {"warmup_requests": 1},
+        "workload": {
+            "trace": {"kind": "synthetic", "num_requests": 12, "input_tokens": 16, "output_tokens": 8, "rate_rps": 6}
+        },
+    }
+    exp.update(over)
+    return exp
+
+
+def run(tmp_path: Path, exp: dict):
+    driver = Driver(parse_experiment(exp), None, ["pytest"])
+    return driver.run()
+
+
+def live_placement_groups() -> list[str]:
+    return [pg["name"] for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+
+
+def test_parallel_arms_get_their_own_node_and_gpus_third_arm_fails_clients_spread(sim_cluster, tmp_path):
+    _, worker_ids, _ = sim_cluster
+    exp = experiment(
+        tmp_path,
+        placement="parallel",
+        arms=[{"name": "a"}, {"name": "b", "flags": {"moe_backend": "triton"}}, {"name": "c"}],
+        client={"warmup_requests": 1, "actors_per_arm": 2, "placement": "spread"},
+        chaos={"kill_client_after_records": {"b": 3}},
+    )
+    t0 = time.monotonic()
+    res = run(tmp_path, exp)
+    a, b, c = res.arms
+    # Two TP=8 arms on different nodes, each with 8 distinct GPU ids of its own node.
+    assert a.engine and b.engine
+    assert {a.engine.node_id, b.engine.node_id} == set(worker_ids)
+    for arm in (a, b):
+        assert len(set(arm.engine.gpu_ids)) == 8
+    # The third arm cannot fit anywhere: a clear message within its timeout, not a hang.
+    assert c.status == "failed" and c.engine is None
+    assert "could not reserve" in (c.failure_reason or "") and "'GPU': 1" in (c.failure_reason or "")
+    assert "within 5 s" in (c.failure_reason or "")
+    assert time.monotonic() - t0 < 600
+    # Client actors of each arm on both worker nodes.
+    for arm in (a, b):
+        assert {s.node_id for s in arm.shards} == set(worker_ids)
+    # Arm a: both shards complete; every request measured.
+    assert a.status == "ok" and a.requests_succeeded == 12
+    # Arm b lost client 0 mid-run: its finished records are kept, its shard is reported incomplete.
+    lost = [s for s in b.shards if s.status == "lost"]
+    assert [s.client for s in lost] == [0]
+    assert b.status == "failed" and "client actor(s) [0] lost" in (b.failure_reason or "")
+    assert lost[0].received < lost[0].planned
+    ok_shard = next(s for s in b.shards if s.status == "ok")
+    assert ok_shard.received == ok_shard.planned == 6
+    assert b.requests_succeeded == len([r for r in b.records if r.ok]) >= 3
+    on_disk = (Path(exp["output_dir"]) / res.run_id / b.records_file).read_text().splitlines()
+    assert len(on_disk) == len(b.records)
+    assert live_placement_groups() == []
+
+
+def test_interleaved_rounds_abba_on_one_node_and_no_placement_group_left(sim_cluster, tmp_path):
+    exp = experiment(
+        tmp_path,
+        rounds=2,
+        arms=[{"name": "a"}, {"name": "b"}],
+        workload={
+            "trace": {"kind": "synthetic", "num_requests": 4, "input_tokens": 8, "output_tokens": 4, "rate_rps": 8}
+        },
+    )
+    res = run(tmp_path, exp)
+    a, b = res.arms
+    assert a.status == b.status == "ok"
+    assert a.rounds == b.rounds == 2
+    assert sorted({(r.round, r.index) for r in a.records}) == [(rd, i) for rd in (0, 1) for i in range(4)]
+    start = {(arm.name, s.round): s.start_epoch_s for arm in (a, b) for s in arm.shards}
+    assert start[("a", 0)] < start[("b", 0)] < start[("b", 1)] < start[("a", 1)]  # A B B A
+    assert live_placement_groups() == []
+
+
+def test_job_submitted_with_job_submission_client_completes(sim_cluster, tmp_path):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    _, _, dashboard = sim_cluster
+    exp = experiment(
+        tmp_path,
+        arms=[{"name": "solo"}],
+        workload={
+            "trace": {"kind": "synthetic", "num_requests": 3, "input_tokens": 8, "output_tokens": 4, "rate_rps": 8}
+        },
+    )
+    exp_path = tmp_path / "exp.yaml"
+    exp_path.write_text(json.dumps(exp))  # JSON is YAML
+    client = JobSubmissionClient(dashboard)
+    repo = Path(__file__).resolve().parents[2]
+    job = client.submit_job(
+        entrypoint=f"python -m cluster.run {exp_path}",
+        runtime_env={"working_dir": str(repo), "env_vars": {"TRITON_INTERPRET": "0"}},
+    )
+    deadline = time.monotonic() + 600
+    status = client.get_job_status(job)
+    while status not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED} and time.monotonic() < deadline:
+        time.sleep(1)  # polling the job API is the only way to follow a submitted job
+        status = client.get_job_status(job)
+    logs = client.get_job_logs(job)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    res = json.loads((run_dir / "result.json").read_text())
+    assert res["arms"][0]["status"] == "ok" and res["arms"][0]["engine"]["gpu_ids"]
+
+
+def test_plan_places_two_tp8_arms_and_refuses_the_third(sim_cluster, tmp_path):
+    from cluster.plan import cluster_nodes, make_plan, render
+
+    _, worker_ids, _ = sim_cluster
+    cfg = parse_experiment(
+        experiment(
+            tmp_path,
+            placement="parallel",
+            arms=[{"name": "a"}, {"name": "b"}, {"name": "c"}],
+            client={"actors_per_arm": 4, "placement": "spread"},
+        )
+    )
+    nodes = cluster_nodes()
+    plans = make_plan(cfg, "cuda", nodes)
+    assert {p.node_id for p in plans[:2]} == set(worker_ids)
+    assert plans[2].missing is not None and "GPU" in plans[2].missing
+    assert sorted(set(plans[0].client_nodes)) == sorted(worker_ids)
+    text = render(cfg, "cuda", nodes, plans, peak_rps=450.0)
+    assert "CANNOT PLACE" in text and "at least 3 client actor(s)" in text
+    interleaved = make_plan(cfg.model_copy(update={"placement": "interleaved"}), "cuda", nodes)
+    assert all(p.missing is None for p in interleaved)
