@@ -1,0 +1,183 @@
+"""Where the plugin attaches to vLLM: the per-process worker wrapper and the collective group class.
+
+``WorkerWrapperBase`` is what both the in-process (TP=1) and the multiprocessing executor call for
+every step, whatever the platform's worker class is (CPUWorker, GPU Worker), so wrapping it once
+covers every rank. Patching happens on the class at plugin load; per-rank state is created in
+``init_device``, the first point where the rank and its device are known and before the model is
+loaded (so flags are applied before any kernel runs and warm-up compilations are counted).
+The Ray executor's compiled-graph path (``execute_model_ray``) bypasses the wrapper: not covered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from typing import Any
+
+from moe_opt.plugin.gpu import NvmlSampler, identify
+from moe_opt.plugin.metrics import Metrics
+from moe_opt.plugin.patches import PatchTargetMissing, apply_flags, installed_vllm_version
+from moe_opt.plugin.rank import RankInstruments
+from moe_opt.plugin.settings import PluginSettings
+from moe_opt.plugin.sync import CollectiveClock, SyncRing, ring_path, time_collectives
+
+logger = logging.getLogger(__name__)
+
+WRAPPER = "vllm.v1.worker.worker_base:WorkerWrapperBase"
+GROUP = "vllm.distributed.parallel_state:GroupCoordinator"
+
+
+class _State:
+    settings: PluginSettings | None = None
+    instruments: RankInstruments | None = None
+    clock = CollectiveClock()
+    keep: list[Any] = []  # objects that must live as long as the process (compile counter, sampler)
+
+
+STATE = _State()
+
+
+def _flags_labels(flags: dict[str, Any]) -> dict[str, str]:
+    swap = flags.get("swap_ab")
+    return {
+        "swap_ab": "vllm_default" if swap is None else str(bool(swap)).lower(),
+        "moe_backend": str(flags.get("moe_backend", "auto")),
+        "no_respecialize": str(bool(flags.get("no_respecialize", False))).lower(),
+    }
+
+
+def _served_name(vllm_config: Any) -> str:
+    name = getattr(getattr(vllm_config, "model_config", None), "served_model_name", None)
+    if isinstance(name, list | tuple):
+        name = name[0] if name else None
+    return str(name) if name else "unknown"
+
+
+def _start_exporter(settings: PluginSettings, rank: int) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return  # served by vLLM's own /metrics (MultiProcessCollector over that directory)
+    if settings.metrics_port is not None:
+        import prometheus_client
+
+        prometheus_client.start_http_server(settings.metrics_port + rank)
+        logger.info("moeperf: per-rank metrics on port %d", settings.metrics_port + rank)
+        return
+    logger.warning(
+        "moeperf: neither PROMETHEUS_MULTIPROC_DIR nor MOEPERF_METRICS_PORT is set: per-rank metrics are "
+        "recorded but cannot be scraped"
+    )
+
+
+def setup_rank(wrapper: Any) -> RankInstruments:
+    """Apply the arm's flags and create this rank's instruments (called once per worker process)."""
+    settings = STATE.settings
+    assert settings is not None
+    worker = wrapper.worker
+    vllm_config = wrapper.vllm_config
+    rank = int(getattr(worker, "rank", getattr(wrapper, "global_rank", 0)))
+    parallel = vllm_config.parallel_config
+    world = int(getattr(parallel, "tensor_parallel_size", 1)) * int(getattr(parallel, "pipeline_parallel_size", 1))
+    device = getattr(worker, "device", None)
+    gpu = identify(device)
+    on_gpu = gpu.index != "none"
+    version = installed_vllm_version()
+    kernel_config = getattr(vllm_config, "kernel_config", None)
+    status = apply_flags(
+        settings.flags,
+        on_gpu=on_gpu or settings.force_patches,
+        vllm_version=version,
+        engine_moe_backend=getattr(kernel_config, "moe_backend", None),
+        extra_no_respecialize=settings.extra_no_respecialize,
+        missing_target=settings.missing_target,
+    )
+    labels = {
+        "engine": settings.engine or _served_name(vllm_config),
+        "arm": settings.arm,
+        "node": settings.node,
+        "rank": str(rank),
+        "gpu": gpu.index,
+        "gpu_uuid": gpu.uuid,
+    }
+    metrics = Metrics()
+    ring = None
+    if world > 1:
+        init_method = getattr(worker, "distributed_init_method", "")
+        key = f"{init_method}|{os.getppid()}|{getattr(parallel, 'data_parallel_rank', 0)}"
+        ring = SyncRing(ring_path(key, world), world, rank)
+        atexit.register(ring.close, unlink=rank == 0)
+    inst = RankInstruments(labels, rank, world, metrics, STATE.clock, ring, settings.rank_delay)
+    info = {
+        **labels,
+        "run_id": settings.run_id,
+        "vllm_version": version,
+        "platform": "cuda" if on_gpu else str(getattr(device, "type", "cpu")),
+        **_flags_labels(settings.flags),
+        **{f"{k}_status": v for k, v in status.items()},
+        "flags_applied": str(any(v == "applied" for v in status.values())).lower(),
+    }
+    metrics.get("moeperf_plugin_info").labels(**info).set(1)
+    _start_exporter(settings, rank)
+    try:
+        from moe_opt.kernels.compile_counter import CompileCounter
+
+        STATE.keep.append(CompileCounter(on_event=inst.on_compile).install())
+    except Exception as e:  # noqa: BLE001 - no Triton: nothing to count
+        logger.info("moeperf: Triton compile counting off (%s)", e)
+    sampler = NvmlSampler(gpu, inst.set_gauge, settings.gpu_poll_s)
+    if sampler.start():
+        STATE.keep.append(sampler)
+    logger.info("moeperf: rank %d instrumented (%s), flags %s", rank, labels, status)
+    return inst
+
+
+def _resolve(qualname: str) -> Any:
+    import importlib
+
+    mod, _, attr = qualname.partition(":")
+    try:
+        obj = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as e:
+        raise PatchTargetMissing("instruments", qualname, installed_vllm_version(), f"cannot resolve ({e})") from e
+    return obj
+
+
+def install(settings: PluginSettings) -> None:
+    """Patch vLLM's classes in this process; idempotent. Raises PatchTargetMissing if vLLM moved them."""
+    if STATE.settings is not None:
+        return
+    STATE.settings = settings
+    cls = _resolve(WRAPPER)
+    for name in ("init_device", "execute_model"):
+        if not callable(cls.__dict__.get(name)):
+            raise PatchTargetMissing("instruments", f"{WRAPPER}.{name}", installed_vllm_version(), "method missing")
+    orig_init_device = cls.__dict__["init_device"]
+    orig_execute = cls.__dict__["execute_model"]
+
+    def init_device(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig_init_device(self, *args, **kwargs)
+        time_collectives(_resolve(GROUP), STATE.clock)
+        STATE.instruments = setup_rank(self)
+        return out
+
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        inst = STATE.instruments
+        if inst is None:
+            return orig_execute(self, scheduler_output, *args, **kwargs)
+        inst.begin(scheduler_output)
+        out = orig_execute(self, scheduler_output, *args, **kwargs)
+        if out is not None:  # None: sampling follows in sample_tokens, which ends the step
+            inst.end()
+        return out
+
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = self.worker.sample_tokens(*args, **kwargs)
+        inst = STATE.instruments
+        if inst is not None:
+            inst.end()
+        return out
+
+    cls.init_device = init_device
+    cls.execute_model = execute_model
+    if "sample_tokens" not in cls.__dict__:
+        cls.sample_tokens = sample_tokens

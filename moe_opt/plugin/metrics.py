@@ -1,0 +1,158 @@
+"""Every Prometheus metric the plugin exports, defined once (docs/metrics.md is pinned to this list).
+
+Names use ``_`` only (no ``:``) so that any Prometheus version stores them under the same name.
+The metrics are created lazily in the worker processes. With ``PROMETHEUS_MULTIPROC_DIR`` set for
+the engine (the EngineActor sets a fresh one per engine) prometheus_client writes them to that
+directory and vLLM's own ``/metrics`` endpoint on the API server serves them next to ``vllm:*``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+RANK_LABELS = ("engine", "arm", "node", "rank", "gpu", "gpu_uuid")
+ENGINE_LABELS = ("engine", "arm", "node")
+FLAG_STATUS_LABELS = ("swap_ab_status", "moe_backend_status", "no_respecialize_status")
+INFO_LABELS = (
+    *RANK_LABELS,
+    "run_id",
+    "vllm_version",
+    "platform",
+    "swap_ab",
+    "moe_backend",
+    "no_respecialize",
+    *FLAG_STATUS_LABELS,
+    "flags_applied",
+)
+
+TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+STEP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5, 5, 10)
+STALL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+COMPILE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+Kind = Literal["gauge", "counter", "histogram"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # as exposed (counters: with the _total suffix)
+    kind: Kind
+    labels: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+
+
+SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "moeperf_plugin_info",
+        "gauge",
+        INFO_LABELS,
+        "1 per worker rank running the moeperf plugin; labels carry the arm's requested flags and, per flag, "
+        "whether it was applied, left at vLLM's default or not applicable (CPU build).",
+    ),
+    MetricSpec(
+        "moeperf_rank_ttft_seconds",
+        "histogram",
+        RANK_LABELS,
+        "Per-rank time to first token: from the start of the first step that schedules a request on this "
+        "rank to the end of the step that completes its prefill on this rank.",
+        TTFT_BUCKETS_S,
+    ),
+    MetricSpec(
+        "moeperf_rank_step_seconds",
+        "histogram",
+        (*RANK_LABELS, "phase"),
+        "Per-rank model step time (execute_model + sample_tokens), by phase: prefill, decode or mixed.",
+        STEP_BUCKETS_S,
+    ),
+    MetricSpec(
+        "moeperf_rank_sync_stall_seconds",
+        "histogram",
+        RANK_LABELS,
+        "Per step, time this rank spent in tensor-parallel collectives beyond the least any rank spent in "
+        "that step: how long it waited for the slowest rank.",
+        STALL_BUCKETS_S,
+    ),
+    MetricSpec(
+        "moeperf_step_skew_seconds",
+        "histogram",
+        ENGINE_LABELS,
+        "Per step, slowest minus fastest rank's busy time (step time outside collectives); observed by rank 0.",
+        STALL_BUCKETS_S,
+    ),
+    MetricSpec(
+        "moeperf_rank_collective_seconds_total",
+        "counter",
+        RANK_LABELS,
+        "Host time this rank spent inside vLLM collectives (all-reduce, all-gather, ...) during model steps.",
+    ),
+    MetricSpec(
+        "moeperf_triton_compiles_total",
+        "counter",
+        (*RANK_LABELS, "kernel", "during"),
+        "Triton JIT compilations per kernel on this rank (disk-cache loads excluded); during = startup "
+        "(before the first served step) or serving.",
+    ),
+    MetricSpec(
+        "moeperf_triton_cache_hits_total",
+        "counter",
+        (*RANK_LABELS, "kernel", "during"),
+        "Triton kernels loaded from the on-disk cache instead of compiled, per kernel on this rank.",
+    ),
+    MetricSpec(
+        "moeperf_triton_compile_seconds",
+        "histogram",
+        (*RANK_LABELS, "kernel", "during"),
+        "Wall time from a Triton cache miss to the kernel being ready (compile or disk-cache load).",
+        COMPILE_BUCKETS_S,
+    ),
+    MetricSpec(
+        "moeperf_gpu_utilization_ratio",
+        "gauge",
+        RANK_LABELS,
+        "NVML GPU utilisation (0-1) of this rank's GPU, sampled every MOEPERF_GPU_POLL_S seconds.",
+    ),
+    MetricSpec("moeperf_gpu_memory_used_bytes", "gauge", RANK_LABELS, "NVML memory used on this rank's GPU."),
+    MetricSpec("moeperf_gpu_memory_total_bytes", "gauge", RANK_LABELS, "NVML total memory of this rank's GPU."),
+    MetricSpec("moeperf_gpu_sm_clock_hertz", "gauge", RANK_LABELS, "NVML SM clock of this rank's GPU."),
+    MetricSpec("moeperf_gpu_power_watts", "gauge", RANK_LABELS, "NVML power draw of this rank's GPU."),
+    MetricSpec(
+        "moeperf_gpu_throttle_reasons",
+        "gauge",
+        RANK_LABELS,
+        "NVML clocks-event (throttle) reasons bitmask of this rank's GPU (0 = not throttled).",
+    ),
+)
+GPU_SPECS = tuple(s for s in SPECS if s.name.startswith("moeperf_gpu_"))
+
+
+def spec(name: str) -> MetricSpec:
+    return next(s for s in SPECS if s.name == name)
+
+
+def create(s: MetricSpec, registry: Any = None) -> Any:
+    """The prometheus_client object of a spec (imported here: only worker processes pay for it)."""
+    import prometheus_client as pc
+
+    kwargs: dict[str, Any] = {} if registry is None else {"registry": registry}
+    if s.kind == "counter":
+        return pc.Counter(s.name.removesuffix("_total"), s.help, s.labels, **kwargs)
+    if s.kind == "histogram":
+        return pc.Histogram(s.name, s.help, s.labels, buckets=s.buckets, **kwargs)
+    # Gauges: one writer per label set (each rank owns its labels), so "mostrecent" is exact.
+    return pc.Gauge(s.name, s.help, s.labels, multiprocess_mode="mostrecent", **kwargs)
+
+
+class Metrics:
+    """All plugin metrics of one process, created on first use."""
+
+    def __init__(self, registry: Any = None) -> None:
+        self._registry = registry
+        self._objs: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:
+        obj = self._objs.get(name)
+        if obj is None:
+            obj = self._objs[name] = create(spec(name), self._registry)
+        return obj

@@ -1,0 +1,108 @@
+"""The instruments of one worker rank: what happens at the start and end of every model step.
+
+Kept free of vLLM imports (hooks.py feeds it) so the step logic is testable with plain objects.
+Hot-path cost per step: two perf_counter reads, a walk over the requests still in prefill, a few
+pre-bound histogram observations and one 32-byte write into the shared ring.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from moe_opt.plugin.metrics import Metrics
+from moe_opt.plugin.settings import RankDelay
+from moe_opt.plugin.steps import PrefillTracker, StepPlan
+from moe_opt.plugin.sync import CollectiveClock, SyncRing
+
+logger = logging.getLogger(__name__)
+
+
+class RankInstruments:
+    def __init__(
+        self,
+        labels: dict[str, str],
+        rank: int,
+        world_size: int,
+        metrics: Metrics,
+        clock: CollectiveClock,
+        ring: SyncRing | None,
+        delay: RankDelay | None = None,
+    ) -> None:
+        self.labels, self.rank, self.world = labels, rank, world_size
+        self.metrics, self.clock, self.ring = metrics, clock, ring
+        self.delay_s = delay.seconds if delay is not None and delay.rank == rank else 0.0
+        lv = tuple(labels.values())
+        self._ttft = metrics.get("moeperf_rank_ttft_seconds").labels(*lv)
+        step = metrics.get("moeperf_rank_step_seconds")
+        self._step = {p: step.labels(*lv, p) for p in ("prefill", "decode", "mixed")}
+        self._stall = metrics.get("moeperf_rank_sync_stall_seconds").labels(*lv)
+        self._coll = metrics.get("moeperf_rank_collective_seconds_total").labels(*lv)
+        self._skew = (
+            metrics.get("moeperf_step_skew_seconds").labels(labels["engine"], labels["arm"], labels["node"])
+            if rank == 0
+            else None
+        )
+        self.tracker = PrefillTracker()
+        self.step_index = -1
+        self.served_steps = 0
+        self._open: tuple[float, StepPlan] | None = None
+
+    # ----- steps ------------------------------------------------------------------------------------
+    def begin(self, scheduler_output: Any) -> None:
+        if self._open is not None:
+            self.end()
+        self.step_index += 1
+        t0 = time.perf_counter()
+        self.clock.take()
+        plan = self.tracker.plan(scheduler_output, t0)
+        if plan.phase is None:
+            return
+        self._open = (t0, plan)
+        if self.delay_s:
+            time.sleep(self.delay_s)  # test-only: MOEPERF_TEST_RANK_DELAY
+
+    @property
+    def step_open(self) -> bool:
+        return self._open is not None
+
+    def end(self) -> None:
+        if self._open is None:
+            return
+        t1 = time.perf_counter()
+        t0, plan = self._open
+        self._open = None
+        coll = self.clock.take()
+        wall = t1 - t0
+        assert plan.phase is not None
+        self._step[plan.phase].observe(wall)
+        for start in plan.completing:
+            self._ttft.observe(t1 - start)
+        if coll:
+            self._coll.inc(coll)
+        self.served_steps += 1
+        if self.ring is None:
+            self._stall.observe(0.0)
+            if self._skew is not None:
+                self._skew.observe(0.0)
+            return
+        self.ring.write(self.step_index, t0, wall - coll, coll)
+        for s in self.ring.resolve():
+            self._stall.observe(s.stall_s)
+            if self._skew is not None:
+                self._skew.observe(s.skew_s)
+
+    # ----- compilations ------------------------------------------------------------------------------
+    def on_compile(self, event: Any) -> None:
+        """CompileCounter.on_event: one Triton cache miss finished (compiled or loaded from disk)."""
+        try:
+            lv = (*self.labels.values(), event.kernel, "serving" if self.served_steps else "startup")
+            name = "moeperf_triton_cache_hits_total" if event.cache_hit else "moeperf_triton_compiles_total"
+            self.metrics.get(name).labels(*lv).inc()
+            self.metrics.get("moeperf_triton_compile_seconds").labels(*lv).observe(event.wall_s)
+        except Exception:  # noqa: BLE001 - an instrument must never break a kernel launch
+            logger.exception("moeperf: could not record a Triton compile event")
+
+    def set_gauge(self, name: str, value: float) -> None:
+        self.metrics.get(name).labels(*self.labels.values()).set(value)
