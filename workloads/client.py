@@ -69,7 +69,7 @@ class _StreamError(Exception):
         self.kind = kind
 
 
-def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, object]:
+def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
     return {
         "model": s.model,
         "prompt": request_prompt_ids(req.index, req.prompt_tokens, req.shared_blocks, s.vocab_lo, s.vocab_hi, s.seed),
@@ -82,7 +82,7 @@ def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, object]:
 
 
 async def _stream_one(
-    session: aiohttp.ClientSession, s: ClientSettings, rec: RequestRecord, payload: dict, clock: _Clock
+    session: aiohttp.ClientSession, s: ClientSettings, rec: RequestRecord, payload: dict[str, Any], clock: _Clock
 ) -> None:
     seen_tokens = 0
     async with session.post(f"{s.base_url}/v1/completions", json=payload) as resp:
@@ -205,8 +205,20 @@ async def replay(
             rec.error, rec.error_kind = NOT_SENT_ENGINE_DOWN, "not_sent"
             await finish(rec)
 
-        async def run_one(req: PlannedRequest, intended_s: float, cap_wait_s: float) -> None:
-            payload = _payload(s, req)
+        async def run_one(req: PlannedRequest, intended_s: float, payload: dict[str, Any]) -> None:
+            cap_wait_s = 0.0
+            if limit is not None:
+                if limit.locked():  # queue behind the cap without holding up the dispatcher
+                    t = clock.now_s()
+                    await limit.acquire()
+                    cap_wait_s = clock.now_s() - t
+                else:
+                    await limit.acquire()
+            if engine_down.is_set():
+                if limit is not None:
+                    limit.release()
+                await not_sent(req, intended_s)
+                return
             rec = _record(req, s, intended_s, clock.now_s())
             rec.cap_wait_s = cap_wait_s
             try:
@@ -221,31 +233,19 @@ async def replay(
                     limit.release()
             await finish(rec)
 
-        async def admit(req: PlannedRequest, intended_s: float) -> None:
-            """Past the in-flight cap (timing the wait), then start the request without awaiting it."""
-            cap_wait_s = 0.0
-            if limit is not None:
-                if limit.locked():
-                    t = clock.now_s()
-                    await limit.acquire()
-                    cap_wait_s = clock.now_s() - t
-                else:
-                    await limit.acquire()
-            if engine_down.is_set():
-                if limit is not None:
-                    limit.release()
-                await not_sent(req, intended_s)
-                return
-            spawn(run_one(req, intended_s, cap_wait_s))
-
         async def send_chained(req: PlannedRequest, intended_s: float) -> None:
+            payload = _payload(s, req)
             await sleep_until(clock, intended_s, s.spin_s)
-            await admit(req, intended_s)
+            spawn(run_one(req, intended_s, payload))
 
         async def dispatch() -> None:
             for req in roots:
+                payload = _payload(s, req)  # built before its time, so building it adds no lag
                 await sleep_until(clock, req.send_offset_s, s.spin_s)
-                await admit(req, req.send_offset_s)
+                if engine_down.is_set():
+                    await not_sent(req, req.send_offset_s)
+                    continue
+                spawn(run_one(req, req.send_offset_s, payload))
 
         if health is not None:
             health.start()

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from workloads.trace_stats import trace_stats
-from workloads.traces import LOADERS, TraceFormatError, TraceSpec, read_trace
+from workloads.traces import LOADERS, AnyTraceSpec, TraceFormatError, TraceSpec, read_trace
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -45,7 +45,7 @@ def _options(pairs: list[str]) -> dict[str, object]:
 def main(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     try:
-        spec = TypeAdapter(TraceSpec).validate_python(
+        spec: AnyTraceSpec = TypeAdapter(TraceSpec).validate_python(
             {"kind": ns.kind, "path": str(ns.file.resolve()), **_options(ns.option)}
         )
         stats = trace_stats(read_trace(spec))

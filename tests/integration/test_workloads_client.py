@@ -1,0 +1,150 @@
+"""The client against a local server that streams known chunk sizes at known times.
+
+A fake server is allowed here only because what is under test is the client's own measurement:
+send accuracy, token-exact timing of multi-token chunks, chained sends, and error classification.
+"""
+
+import asyncio
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from workloads.client import ClientSettings, replay
+from workloads.health import HealthProbe, client_bound
+from workloads.schedule import PlannedRequest
+
+pytestmark = pytest.mark.integration
+
+CHUNK_GAP_S = 0.02
+CHUNK_SIZES = (1, 3, 2)  # tokens per SSE chunk
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _serve(handler):
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def sse(obj) -> bytes:
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+async def chunked(request):
+    """Chunks of CHUNK_SIZES tokens, CHUNK_GAP_S apart, with continuous usage like vLLM's."""
+    body = await request.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    done = 0
+    for i, k in enumerate(CHUNK_SIZES):
+        if i:
+            await asyncio.sleep(CHUNK_GAP_S)
+        done += k
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": done}
+        await resp.write(sse({"choices": [{"text": "x" * k}], "usage": usage}))
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+async def faulty(request):
+    body = await request.json()
+    mode = body["max_tokens"]
+    if mode == 1:  # bad SSE
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"data: {not json\n\n")
+        return resp
+    if mode == 2:  # stream cut before [DONE]
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(sse({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}))
+        request.transport.close()
+        return resp
+    if mode == 3:  # too slow
+        await asyncio.sleep(5)
+    return web.Response(status=429, text="slow down")
+
+
+def settings(url, **kw):
+    return ClientSettings(base_url=url, model="m", arm="a", vocab_lo=3, vocab_hi=98, **kw)
+
+
+async def run(handler, reqs, probe=None, **kw):
+    runner, url = await _serve(handler)
+    try:
+        start = time.time() + 0.2  # a common start in the near future, as the driver sets it
+        return [r async for r in replay(reqs, settings(url, **kw), start, health=probe)]
+    finally:
+        await runner.cleanup()
+
+
+def test_multi_token_chunks_are_timed_per_token():
+    reqs = [PlannedRequest(index=i, send_offset_s=0.05 * i, prompt_tokens=4, max_tokens=6) for i in range(4)]
+    recs = asyncio.run(run(chunked, reqs))
+    for r in recs:
+        assert r.ok and r.tokens_exact and r.output_tokens == 6
+        assert len(r.token_times_s) == 6
+        itl = np.array(r.itl_s)
+        # 1 | 3 | 2 tokens: a gap, two zeros inside chunk 2, a gap, one zero inside chunk 3
+        assert np.count_nonzero(itl == 0) == 3
+        gaps = itl[itl > 0]
+        assert len(gaps) == 2 and np.all(np.abs(gaps - CHUNK_GAP_S) < 0.015)
+        assert r.tpot_s == pytest.approx(2 * CHUNK_GAP_S / 5, abs=0.006)
+
+
+def test_dispatch_follows_the_schedule_within_a_millisecond():
+    rng = np.random.default_rng(0)
+    offsets = np.cumsum(rng.exponential(0.01, size=200))
+    reqs = [
+        PlannedRequest(index=i, send_offset_s=float(t), prompt_tokens=2, max_tokens=1) for i, t in enumerate(offsets)
+    ]
+    probe = HealthProbe()
+    recs = asyncio.run(run(chunked, reqs, probe))
+    lags = np.array([r.send_lag_ms for r in recs])
+    assert lags.min() >= 0  # never early
+    assert np.percentile(lags, 99) < 1.0
+    assert not client_bound(recs, bound_ms=1.0).flagged
+    assert probe.result is not None and probe.result.requests == 200 and probe.result.cpu_percent > 0
+
+
+def test_chained_requests_wait_for_their_predecessor_and_think_time():
+    reqs = [
+        PlannedRequest(index=0, send_offset_s=0, prompt_tokens=2, max_tokens=6),
+        PlannedRequest(index=1, send_offset_s=0, prompt_tokens=2, max_tokens=6, after_index=0, think_time_s=0.1),
+        PlannedRequest(index=2, send_offset_s=0, prompt_tokens=2, max_tokens=6, after_index=1),
+    ]
+    recs = {r.index: r for r in asyncio.run(run(chunked, reqs))}
+    assert recs[1].intended_send_s == pytest.approx(recs[0].end_s + 0.1)
+    assert recs[2].intended_send_s == pytest.approx(recs[1].end_s)
+    assert all(recs[i].actual_send_s >= recs[i].intended_send_s for i in recs)
+
+
+def test_in_flight_cap_wait_is_not_counted_as_client_lag():
+    reqs = [PlannedRequest(index=i, send_offset_s=0, prompt_tokens=2, max_tokens=6) for i in range(4)]
+    recs = asyncio.run(run(chunked, reqs, max_in_flight=1))
+    waited = [r for r in recs if r.cap_wait_s > 0]
+    assert len(waited) == 3
+    assert all(r.send_lag_ms > 30 and r.dispatch_lag_ms < 5 for r in waited)
+
+
+def test_errors_are_classified_records():
+    reqs = [PlannedRequest(index=i, send_offset_s=0, prompt_tokens=2, max_tokens=m) for i, m in enumerate((1, 2, 3, 4))]
+    recs = {r.index: r for r in asyncio.run(run(faulty, reqs, request_timeout_s=0.5))}
+    assert recs[0].error_kind == "bad_sse"
+    assert recs[1].error_kind == "reset"
+    assert recs[2].error_kind == "timeout"
+    assert recs[3].error_kind == "http" and recs[3].http_status == 429
+    assert not any(r.ok for r in recs.values())
