@@ -99,6 +99,7 @@ DELEGATED = {
     "trace": ("workloads.trace_cli", "Inspect traces before replaying them: moeperf trace stats FILE --kind KIND."),
     "report": ("analysis.report_cli", "Render the report of a saved run: moeperf report runs/<id>."),
     "nightly": ("cluster.nightly", "Run the nightly experiment and gate on regressions against history."),
+    "dashboards": ("dashboards.cli", "Grafana dashboards as code: moeperf dashboards build."),
 }
 
 
