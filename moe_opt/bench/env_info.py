@@ -37,5 +37,6 @@ def environment() -> dict:
         "triton": triton.__version__,
         "python": platform.python_version(),
         "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([sys.executable, "-m", *sys.argv]) if sys.argv else "",
+        # orig_argv keeps "-m moe_opt.bench.run" as typed (sys.argv[0] would be the module's file path).
+        "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
     }
