@@ -25,7 +25,7 @@ def gate_night(
     failure: str | None = None,
     store: bool = True,
 ) -> NightlyVerdict:
-    """Judge, write ``out_dir``/report.{html,md}, analysis.json, nightly.json; add an ok night to history.
+    """Judge; write report.{html,md}, analysis.json, nightly.json, result.json to ``out_dir``; store the night.
 
     ``result`` None (the run produced no result file) or ``failure`` set gives the run-failed verdict
     (exit 2). Failed runs are never stored: they would poison the baseline.
@@ -40,6 +40,7 @@ def gate_night(
         if skipped:
             verdict = verdict.model_copy(update={"notes": verdict.notes + [f"history: {s}" for s in skipped]})
     if result is not None:
+        (out_dir / "result.json").write_text(result.model_dump_json())
         write_report(result, out_dir, nightly=verdict)
         if store and verdict.status != "run_failed":
             add_to_history(history_dir, result)

@@ -7,13 +7,14 @@ and shared long after the cluster is gone.
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 
 import numpy as np
 
 from analysis import fmt
 from analysis.nightly import NightlyVerdict
-from analysis.samples import arm_control_of
+from analysis.samples import arm_control_of, record_round
 from analysis.svg import Series, cdf_series, line_chart
 from analysis.verdicts import ArmComparison, RunAnalysis
 from workloads.results import ArmResult, RunResult
@@ -90,18 +91,22 @@ def _comparison(c: ArmComparison) -> str:
 
 
 def _throughput_series(arm: ArmResult) -> Series:
+    """Output tokens/s against time since the round's first send, averaged over the arm's rounds."""
     ok = [r for r in arm.records if r.ok and r.actual_send_s is not None]
     if not ok:
         return Series(arm.name, [], [])
-    t0 = min(r.actual_send_s for r in ok if r.actual_send_s is not None)
-    times = np.array([t - t0 for r in ok for t in r.token_times_s])
+    t0: dict[int, float] = {}
+    for r in ok:
+        rnd = record_round(r)
+        t0[rnd] = min(t0.get(rnd, math.inf), r.intended_send_s)
+    times = np.array([t - t0[record_round(r)] for r in ok for t in r.token_times_s])
     if times.size == 0:
         return Series(arm.name, [], [])
     span = float(times.max())
     width = max(0.5, span / 60)
     edges = np.arange(0.0, span + width, width)
     counts, _ = np.histogram(times, bins=edges)
-    return Series(arm.name, list(edges[:-1]), list(counts / width))
+    return Series(arm.name, list(edges[:-1]), list(counts / width / len(t0)))
 
 
 def _charts(result: RunResult) -> str:
@@ -117,7 +122,7 @@ def _charts(result: RunResult) -> str:
         + line_chart("CDF of TTFT per arm", ttft, "TTFT (ms)", "fraction of requests", step=True)
         + line_chart("CDF of inter-token latency per arm", itl, "ITL (ms)", "fraction of tokens", step=True)
         + line_chart(
-            "Output throughput over time", thr, "seconds since the arm's first request", "output tokens/s", step=True
+            "Output throughput over time", thr, "seconds since the round's first request", "output tokens/s", step=True
         )
         + "</div>"
     )

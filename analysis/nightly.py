@@ -144,6 +144,8 @@ def _check_night(
         past = [(r, p) for r in window if (p := cache.points(r, arm.name)) is not None]
         point = stats.point_values(tonight)
         se_night = stats.log_value_se(stats.bootstrap_requests(tonight, policy.bootstrap_resamples, rng))
+        # Rates are one number per night: their noise is the night-to-night spread alone.
+        se_night = np.where([m.quantile is None for m in stats.METRICS], 0.0, se_night)
         for j in _metric_indices(policy):
             spec = stats.METRICS[j]
             logs = np.array([math.log(p[j]) for _, p in past if p[j] > 0 and math.isfinite(p[j])])

@@ -46,6 +46,7 @@ class ArmSamples:
     end_s: FloatArray
     slo_met: np.ndarray  # bool per request
     rounds: np.ndarray  # int per request
+    slots: np.ndarray  # schedule index per request: the same request in every arm and round
 
     @property
     def n(self) -> int:
@@ -89,6 +90,13 @@ class ArmSamples:
                 out[i] = float(np.median(seg))
         return out
 
+    def slot_lookup(self, rnd: int, size: int) -> np.ndarray:
+        """Position of each schedule slot of round ``rnd`` in this arm's arrays, -1 where it has none."""
+        out = np.full(size, -1, dtype=np.int64)
+        mine = np.flatnonzero(self.rounds == rnd)
+        out[self.slots[mine]] = mine
+        return out
+
     def round_ids(self) -> list[int]:
         return sorted({int(r) for r in self.rounds})
 
@@ -120,6 +128,7 @@ def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> Ar
         end_s=np.array([r.end_s for r in ok], dtype=np.float64),
         slo_met=np.array([_meets(r, slo) for r in ok], dtype=bool),
         rounds=np.array([record_round(r) for r in ok], dtype=np.int64),
+        slots=np.array([r.index for r in ok], dtype=np.int64),
     )
 
 
@@ -158,4 +167,5 @@ def from_arrays(
         end_s=start + e2e,
         slo_met=met,
         rounds=np.zeros(ttft.size, dtype=np.int64) if rounds is None else np.asarray(rounds, dtype=np.int64),
+        slots=np.arange(ttft.size, dtype=np.int64),
     )

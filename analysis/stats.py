@@ -3,9 +3,10 @@
 Every metric is a statistic of a *set of requests* (a quantile, or a rate over the rounds' time
 spans), so one resampling scheme serves them all:
 
-* over requests: requests are redrawn with replacement inside each round (round sizes fixed);
+* over requests: schedule slots (request i of the replayed schedule, the same request in both
+  arms) are redrawn with replacement inside each round, the same draws for both arms;
 * over rounds: rounds are redrawn with replacement, the same draws for both arms (interleaved
-  rounds A B B A share drift, pairing cancels it), then requests inside each drawn round.
+  rounds A B B A share drift, pairing cancels it), then slots inside each drawn round.
 
 Intervals are normal intervals on the log ratio with the bootstrap standard error: stable at the
 small tail levels a Bonferroni-corrected family needs, where percentile intervals would need many
@@ -100,19 +101,50 @@ def bootstrap_requests(arm: ArmSamples, resamples: int, rng: np.random.Generator
     return np.stack([metric_values(arm, _resample_within(groups, rng)) for _ in range(resamples)])
 
 
-def bootstrap_rounds_paired(
-    a: ArmSamples, b: ArmSamples, resamples: int, rng: np.random.Generator
+class _SlotPairing:
+    """Both arms replay the same schedule: resampling schedule slots (not each arm's requests on
+    its own) keeps request i's lengths in both arms of a replicate, so the request mix cancels in
+    B/A exactly as it does in the real comparison. A slot an arm lost (failed request) is skipped."""
+
+    def __init__(self, a: ArmSamples, b: ArmSamples, rounds: Sequence[int]) -> None:
+        self.lookup: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.slots: dict[int, np.ndarray] = {}
+        for r in rounds:
+            in_a, in_b = a.slots[a.rounds == r], b.slots[b.rounds == r]
+            size = int(max(in_a.max(initial=-1), in_b.max(initial=-1))) + 1
+            self.lookup[r] = (a.slot_lookup(r, size), b.slot_lookup(r, size))
+            self.slots[r] = np.union1d(in_a, in_b)
+
+    def draw(self, rounds: Sequence[int], rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        ga, gb = [], []
+        for r in rounds:
+            slots = self.slots[r]
+            drawn = slots[rng.integers(0, slots.size, slots.size)]
+            pa, pb = self.lookup[r][0][drawn], self.lookup[r][1][drawn]
+            ga.append(pa[pa >= 0])
+            gb.append(pb[pb >= 0])
+        return ga, gb
+
+
+def bootstrap_pair(
+    a: ArmSamples, b: ArmSamples, resamples: int, rng: np.random.Generator, over_rounds: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Two-stage bootstrap over the rounds both arms ran; None with fewer than two shared rounds."""
-    ga, gb = round_groups(a), round_groups(b)
-    shared = sorted(set(ga) & set(gb))
-    if len(shared) < 2:
+    """Metric values of both arms on the same resampled schedule slots.
+
+    ``over_rounds``: first redraw the rounds both arms ran (the same draws for both, so drift
+    shared by interleaved rounds A B B A cancels), then slots inside each drawn round; None with
+    fewer than two shared rounds. Otherwise slots are redrawn inside each shared round.
+    """
+    shared = sorted(set(a.round_ids()) & set(b.round_ids()))
+    if not shared or (over_rounds and len(shared) < 2):
         return None
+    pairing = _SlotPairing(a, b, shared)
     out_a, out_b = [], []
     for _ in range(resamples):
-        drawn = [shared[i] for i in rng.integers(0, len(shared), len(shared))]
-        out_a.append(metric_values(a, _resample_within([ga[r] for r in drawn], rng)))
-        out_b.append(metric_values(b, _resample_within([gb[r] for r in drawn], rng)))
+        rounds = [shared[i] for i in rng.integers(0, len(shared), len(shared))] if over_rounds else shared
+        ga, gb = pairing.draw(rounds, rng)
+        out_a.append(metric_values(a, ga))
+        out_b.append(metric_values(b, gb))
     return np.stack(out_a), np.stack(out_b)
 
 

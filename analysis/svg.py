@@ -15,7 +15,7 @@ import numpy as np
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 WIDTH_PX, HEIGHT_PX = 640, 300
-MARGIN = {"left": 64, "right": 16, "top": 28, "bottom": 44}
+MARGIN = {"left": 64, "right": 16, "top": 48, "bottom": 44}
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,9 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
             f'<polyline class="series" data-arm="{escape(s.name)}" fill="none" stroke="{color}" '
             f'stroke-width="1.8" points="{" ".join(pts)}"><title>{escape(s.name)}</title></polyline>'
         )
-        ly = MARGIN["top"] + 14 + 16 * i
-        lx = MARGIN["left"] + pw - 170
+        # Legend in a row above the plot area, where it can never hide a curve.
+        ly = 38
+        lx = MARGIN["left"] + i * (pw // max(1, len(drawn)))
         parts.append(
             f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
             f'<text x="{lx + 24}" y="{ly}" class="legend">{escape(s.name)}</text>'

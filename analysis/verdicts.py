@@ -32,6 +32,9 @@ class AnalysisSettings(_Strict):
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise false-positive level of one comparison.")
     min_effect: float = Field(0.01, ge=0, description="Smallest relative change worth a verdict (0.01 = 1%).")
     power: float = Field(0.8, gt=0, lt=1, description="Power at which the minimum detectable effect is quoted.")
+    min_tail_requests: int = Field(
+        10, ge=1, description="A p-quantile gets a verdict only with this many requests beyond it in each arm."
+    )
     bootstrap_resamples: int = Field(1000, ge=50, description="Bootstrap replicates per arm and scheme.")
     seed: int = Field(0, description="Seed of every bootstrap: same inputs, same report.")
     baseline_arm: str | None = Field(None, description="Arm B/A ratios divide by; null: the first baseline-flag arm.")
@@ -55,6 +58,7 @@ class MetricVerdict(_Strict):
     mde_rel: float | None = Field(description="Smallest relative change detectable at `power`, given A/A noise.")
     aa_noise_rel: float | None = Field(description="|A'/A - 1| of the A/A control arm; null without one.")
     verdict: Verdict
+    note: str | None = Field(None, description="Why there is no verdict, when there is none.")
 
 
 class ArmComparison(_Strict):
@@ -109,28 +113,40 @@ def compare_samples(
     z = stats.z_two_sided(per_metric_alpha)
     z_power = stats.z_one_sided(settings.power)
     pa, pb = stats.point_values(a), stats.point_values(b)
-    se_req = stats.log_ratio_se(
-        stats.bootstrap_requests(a, settings.bootstrap_resamples, rng),
-        stats.bootstrap_requests(b, settings.bootstrap_resamples, rng),
-    )
-    paired = stats.bootstrap_rounds_paired(a, b, settings.bootstrap_resamples, rng)
-    se_rounds = stats.log_ratio_se(*paired) if paired is not None else None
+    by_requests = stats.bootstrap_pair(a, b, settings.bootstrap_resamples, rng, over_rounds=False)
+    nan = np.full(m, np.nan)
+    se_req = stats.log_ratio_se(*by_requests) if by_requests is not None else nan
+    by_rounds = stats.bootstrap_pair(a, b, settings.bootstrap_resamples, rng, over_rounds=True)
+    se_rounds = stats.log_ratio_se(*by_rounds) if by_rounds is not None else None
     noise = {mv.metric: mv for mv in control.metrics} if control is not None else {}
     verdicts = []
     for j, spec in enumerate(stats.METRICS):
         ok = pa[j] > 0 and pb[j] > 0 and math.isfinite(pa[j]) and math.isfinite(pb[j])
         lr = math.log(pb[j] / pa[j]) if ok else math.nan
         se_rounds_j = float(se_rounds[j]) if se_rounds is not None else math.nan
-        se_boot = se_rounds_j if math.isfinite(se_rounds_j) else float(se_req[j])
+        # A rate is one number per round (tokens over the round's span, set by its last request):
+        # resampling requests cannot give its error, only replication over rounds can.
+        se_req_j = math.nan if spec.quantile is None else float(se_req[j])
+        se_boot = se_rounds_j if math.isfinite(se_rounds_j) else se_req_j
         aa = noise.get(spec.key)
         aa_log = abs(math.log(aa.ratio)) if aa is not None and aa.ratio else 0.0
         aa_se = 0.0
-        if aa is not None and aa.ci_requests is not None:
-            aa_se = (math.log(aa.ci_requests[1]) - math.log(aa.ci_requests[0])) / (2 * z)
+        aa_ci = (aa.ci_rounds or aa.ci_requests) if aa is not None else None
+        if aa_ci is not None:
+            aa_se = (math.log(aa_ci[1]) - math.log(aa_ci[0])) / (2 * z)
         se_decision = math.sqrt(se_boot**2 + aa_log**2)
         se_noise = math.sqrt(aa_se**2 + aa_log**2) if aa is not None else se_boot
         decision = _interval(lr, se_decision, z)
         verdict: Verdict = "not measured"
+        tail = min(a.n, b.n) * (1 - spec.quantile / 100) if spec.quantile is not None else math.inf
+        note = None
+        if tail < settings.min_tail_requests:
+            note = f"too few requests for p{spec.quantile}: needs {settings.min_tail_requests} beyond it per arm"
+            decision = None
+        elif decision is None and spec.quantile is None:
+            note = "a run-level rate: needs two or more shared rounds for an interval"
+        elif decision is None:
+            note = "undefined in an arm or in too many resamples"
         if decision is not None:
             lo, hi = decision
             better = lo > 1 if spec.higher_is_better else hi < 1
@@ -146,7 +162,7 @@ def compare_samples(
                 a_value=_finite(pa[j]),
                 b_value=_finite(pb[j]),
                 ratio=math.exp(lr) if math.isfinite(lr) else None,
-                ci_requests=_interval(lr, float(se_req[j]), z),
+                ci_requests=_interval(lr, se_req_j, z),
                 ci_rounds=_interval(lr, se_rounds_j, z),
                 ci_level=1 - per_metric_alpha,
                 mann_whitney_p=stats.mann_whitney_p(
@@ -155,6 +171,7 @@ def compare_samples(
                 mde_rel=math.exp((z + z_power) * se_noise) - 1 if math.isfinite(se_noise) else None,
                 aa_noise_rel=abs(aa.ratio - 1) if aa is not None and aa.ratio else None,
                 verdict=verdict,
+                note=note,
             )
         )
     shared = len(set(a.round_ids()) & set(b.round_ids()))

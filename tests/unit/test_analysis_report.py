@@ -1,0 +1,73 @@
+"""The report from a real saved run (a CPU `moeperf run`, trimmed to its result file)."""
+
+import re
+from pathlib import Path
+
+from analysis.report import load_result, write_report
+from analysis.report_cli import main
+from analysis.synthetic import SyntheticArm, synthetic_run
+from analysis.verdicts import AnalysisSettings, analyse_run
+
+FIXTURE = Path(__file__).parent / "data" / "analysis_quick_cpu_result.json"
+QUICK = AnalysisSettings(bootstrap_resamples=100)
+
+
+def test_real_result_gives_a_complete_self_contained_page(tmp_path):
+    result = load_result(FIXTURE)
+    analysis, written = write_report(result, tmp_path, settings=QUICK)
+    html = (tmp_path / "report.html").read_text()
+    assert {p.name for p in written} == {"report.html", "report.md", "analysis.json"}
+    assert html.count('<svg class="plot"') == 3
+    assert html.count('class="series"') == 3 * len(result.arms)
+    assert '<table class="verdicts">' in html and '<table class="arms">' in html
+    assert "Not measured in this run" in html
+    for arm in result.arms:
+        assert arm.flags.describe() in html
+    # Nothing is fetched when the page opens: no external scripts, styles, images or fonts.
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
+    assert "<script" not in html
+    assert analysis.baseline_arm == "baseline"
+    assert [c.b_arm for c in analysis.comparisons] == ["all-optimizations"]
+
+
+def test_small_run_withholds_tail_verdicts():
+    analysis = analyse_run(load_result(FIXTURE), QUICK)
+    by_metric = {m.metric: m for m in analysis.comparisons[0].metrics}
+    assert by_metric["ttft_s_p99"].verdict == "not measured" and "p99" in (by_metric["ttft_s_p99"].note or "")
+    assert by_metric["output_tokens_per_s"].verdict == "not measured"  # one round: no interval for a rate
+    assert by_metric["ttft_s_p50"].verdict != "not measured"
+
+
+def test_markdown_summary_lists_every_metric_and_the_regression(tmp_path):
+    arms = [SyntheticArm("baseline"), SyntheticArm("b", tpot_scale=1.1)]
+    run = synthetic_run("md", "2026-11-01T00:00:00+00:00", arms, 400, seed=3)
+    write_report(run, tmp_path, formats=["md"], settings=QUICK)
+    md = (tmp_path / "report.md").read_text()
+    assert md.count("| TPOT p") == 3 and "| output tokens/s |" in md
+    assert "**REGRESSED**" in md
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_cli_writes_into_the_run_folder_by_default(tmp_path, capsys):
+    run_dir = tmp_path / "runs" / "x"
+    run_dir.mkdir(parents=True)
+    (run_dir / "result.json").write_text(FIXTURE.read_text())
+    assert main([str(run_dir), "--bootstrap", "60"]) == 0
+    assert (run_dir / "report.html").is_file() and (run_dir / "report.md").is_file()
+    assert "# moeperf report" in capsys.readouterr().out
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    assert main([str(tmp_path / "missing")]) == 2
+    (tmp_path / "result.json").write_text('{"schema_version": 1}')
+    assert main([str(tmp_path)]) == 2
+    assert main([str(FIXTURE), "--out", str(tmp_path / "o"), "--format", "pdf"]) == 2
+    assert main([str(FIXTURE), "--out", str(tmp_path / "o"), "--baseline", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no result.json" in err and "pdf" in err and "nope" in err
+
+
+def test_cli_slo_options_reach_the_goodput(tmp_path):
+    out = tmp_path / "o"
+    assert main([str(FIXTURE), "--out", str(out), "--slo-ttft-ms", "1", "--bootstrap", "60", "--quiet"]) == 0
+    assert "TTFT &lt;= 0.001 s" in (out / "report.html").read_text()
