@@ -144,7 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in DELEGATED:  # argparse.REMAINDER drops leading options: hand over argv as is
+        return int(_delegate(DELEGATED[args[0]][0])(argparse.Namespace(args=args[1:])))
+    ns = build_parser().parse_args(args)
     return int(ns.func(ns))
 
 
