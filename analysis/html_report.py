@@ -138,8 +138,9 @@ def _nightly(v: NightlyVerdict) -> str:
             f"<p class='muted'>Baseline: median of {len(v.history_runs)} night(s): "
             f"{escape(', '.join(v.history_runs))}. Policy: {escape(v.policy.model_dump_json())}</p>"
         )
+    checks = sorted(v.checks, key=lambda c: (not c.regression, not c.flagged, c.arm, c.metric))
     rows = []
-    for c in sorted(v.checks, key=lambda c: (not c.regression, not c.flagged, c.arm, c.metric)):
+    for c in checks:
         cls = "v-regressed" if c.regression else ("v-not-measured" if c.ratio is None else "")
         rows.append(
             [
@@ -156,26 +157,18 @@ def _nightly(v: NightlyVerdict) -> str:
                 _td("REGRESSION" if c.regression else "no", cls),
             ]
         )
-    parts.append(
-        _table(
-            [
-                "arm",
-                "metric",
-                "tonight",
-                "baseline",
-                "ratio",
-                "CI",
-                "night-to-night SD",
-                "MWU p",
-                "flagged tonight",
-                "nights in a row",
-                "regression",
-            ],
-            rows,
-            cls="nightly",
-            raw=True,
+    headers = ["arm", "metric", "tonight", "baseline", "ratio", "CI", "night-to-night SD", "MWU p",
+               "flagged tonight", "nights in a row", "regression"]  # fmt: skip
+    flagged = [r for r, c in zip(rows, checks, strict=True) if c.flagged or c.regression]
+    calm = [r for r, c in zip(rows, checks, strict=True) if not (c.flagged or c.regression)]
+    parts.append(f"<p>{len(flagged)} of {len(rows)} checks flagged tonight.</p>")
+    if flagged:
+        parts.append(_table(headers, flagged, cls="nightly", raw=True))
+    if calm:
+        parts.append(
+            f"<details><summary>{len(calm)} checks not flagged</summary>"
+            f"{_table(headers, calm, cls='nightly', raw=True)}</details>"
         )
-    )
     parts += [f"<p>{escape(n)}</p>" for n in v.notes]
     return "".join(parts)
 

@@ -234,9 +234,10 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
             notes.append(f"A/A control {comp.b_arm} differs from {comp.a_arm} in {differing} metric(s): noisy night")
     if regressions:
         status: Literal["regression", "ok", "insufficient_history"] = "regression"
-        reason = f"regression on {policy.consecutive_nights} consecutive nights: " + ", ".join(
-            f"{t.arm} {t.label} x{t.ratio:.3f}" for t in regressions if t.ratio is not None
-        )
+        worst = sorted(regressions, key=lambda t: -abs(math.log(t.ratio or 1.0)))
+        listed = ", ".join(f"{t.arm} {t.label} x{t.ratio:.3f}" for t in worst[:4] if t.ratio is not None)
+        more = f" and {len(worst) - 4} more" if len(worst) > 4 else ""
+        reason = f"regression on {policy.consecutive_nights} consecutive nights: {listed}{more}"
     elif len(earlier) < policy.min_history_nights:
         status = "insufficient_history"
         reason = f"{len(earlier)} ok night(s) in history, {policy.min_history_nights} needed: no verdict"

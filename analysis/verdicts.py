@@ -3,9 +3,11 @@
 A metric is *regressed* (or *improved*) only when the interval of log(B/A) at the family-wise
 level lies wholly on the worse (better) side of zero and the effect is at least ``min_effect``.
 The family is the comparison's metrics (Bonferroni), so an A/A comparison flags nothing in at
-least 1 - alpha of runs. When the run has an A/A control arm, the control's observed discrepancy is
-added to the standard error: a difference between two copies of the same arm is noise the request
-bootstrap cannot see (engine placement, warm state), and a verdict must clear it.
+least 1 - alpha of runs. When the run has an A/A control arm, the part of the control's observed
+discrepancy that its own sampling error does not explain is added to the variance: a difference
+between two copies of the same arm is noise the request bootstrap cannot see (engine placement,
+warm state), and a verdict must clear it. The minimum detectable effect is quoted from the same
+standard error: (z_level + z_power) * se, as a relative change.
 """
 
 from __future__ import annotations
@@ -134,8 +136,10 @@ def compare_samples(
         aa_ci = (aa.ci_rounds or aa.ci_requests) if aa is not None else None
         if aa_ci is not None:
             aa_se = (math.log(aa_ci[1]) - math.log(aa_ci[0])) / (2 * z)
-        se_decision = math.sqrt(se_boot**2 + aa_log**2)
-        se_noise = math.sqrt(aa_se**2 + aa_log**2) if aa is not None else se_boot
+        # Engine-to-engine variance the request bootstrap cannot see: the A/A discrepancy beyond
+        # what its own sampling error explains (a one-sample method-of-moments estimate).
+        systematic_var = max(0.0, aa_log**2 - aa_se**2)
+        se_decision = math.sqrt(se_boot**2 + systematic_var)
         decision = _interval(lr, se_decision, z)
         verdict: Verdict = "not measured"
         tail = min(a.n, b.n) * (1 - spec.quantile / 100) if spec.quantile is not None else math.inf
@@ -168,7 +172,7 @@ def compare_samples(
                 mann_whitney_p=stats.mann_whitney_p(
                     stats.per_request_series(a, spec.family), stats.per_request_series(b, spec.family)
                 ),
-                mde_rel=math.exp((z + z_power) * se_noise) - 1 if math.isfinite(se_noise) else None,
+                mde_rel=math.exp((z + z_power) * se_decision) - 1 if math.isfinite(se_decision) else None,
                 aa_noise_rel=abs(aa.ratio - 1) if aa is not None and aa.ratio else None,
                 verdict=verdict,
                 note=note,
