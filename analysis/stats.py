@@ -5,8 +5,10 @@ spans), so one resampling scheme serves them all:
 
 * over requests: schedule slots (request i of the replayed schedule, the same request in both
   arms) are redrawn with replacement inside each round, the same draws for both arms;
-* over rounds: rounds are redrawn with replacement, the same draws for both arms (interleaved
-  rounds A B B A share drift, pairing cancels it), then slots inside each drawn round.
+* over rounds: each round shared by both arms (interleaved A B B A: pairing by round cancels
+  drift) gives its own ratio and bootstrap error; the between-round variance their spread implies
+  is added (random effects), so rounds that disagree widen the interval. With a handful of rounds
+  this is far steadier than redrawing the rounds themselves.
 
 Intervals are normal intervals on the log ratio with the bootstrap standard error: stable at the
 small tail levels a Bonferroni-corrected family needs, where percentile intervals would need many
@@ -126,26 +128,67 @@ class _SlotPairing:
         return ga, gb
 
 
-def bootstrap_pair(
-    a: ArmSamples, b: ArmSamples, resamples: int, rng: np.random.Generator, over_rounds: bool
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """Metric values of both arms on the same resampled schedule slots.
+@dataclass(frozen=True)
+class PairedBootstrap:
+    """What the paired slot bootstrap of B against A learned, per metric (METRICS order)."""
 
-    ``over_rounds``: first redraw the rounds both arms ran (the same draws for both, so drift
-    shared by interleaved rounds A B B A cancels), then slots inside each drawn round; None with
-    fewer than two shared rounds. Otherwise slots are redrawn inside each shared round.
-    """
+    se_requests: np.ndarray  # (m,) SE of log(B/A) over all rounds, slots redrawn inside each round
+    round_log_ratios: np.ndarray  # (k, m) log(B/A) of each shared round on its own
+    round_se: np.ndarray  # (k, m) within-round bootstrap SE of each round's log ratio
+
+    def se_rounds(self) -> np.ndarray:
+        """SE of log(B/A) over rounds; NaN with fewer than two shared rounds.
+
+        Quantiles: the request SE plus the between-round variance tau^2 / k, tau^2 estimated
+        from how much the rounds' own ratios disagree beyond their sampling error (DerSimonian-
+        Laird), so a round-to-round drift that pairing did not cancel widens the interval.
+        Rates (one number per round): the spread of the per-round ratios alone, sd / sqrt(k).
+        """
+        k, m = self.round_log_ratios.shape
+        out = np.full(m, np.nan)
+        if k < 2:
+            return out
+        for j, spec in enumerate(METRICS):
+            lr, se = self.round_log_ratios[:, j], self.round_se[:, j]
+            if not np.all(np.isfinite(lr)):
+                continue
+            if spec.quantile is None:
+                out[j] = float(np.std(lr, ddof=1) / np.sqrt(k))
+                continue
+            if not (np.all(np.isfinite(se)) and np.all(se > 0)) or not np.isfinite(self.se_requests[j]):
+                continue
+            w = 1.0 / se**2
+            mean = float(np.sum(w * lr) / np.sum(w))
+            q = float(np.sum(w * (lr - mean) ** 2))
+            tau2 = max(0.0, (q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
+            out[j] = float(np.sqrt(self.se_requests[j] ** 2 + tau2 / k))
+        return out
+
+
+def paired_bootstrap(a: ArmSamples, b: ArmSamples, resamples: int, rng: np.random.Generator) -> PairedBootstrap | None:
+    """Both arms on the same resampled schedule slots, inside every round they share; None if none."""
     shared = sorted(set(a.round_ids()) & set(b.round_ids()))
-    if not shared or (over_rounds and len(shared) < 2):
+    if not shared:
         return None
     pairing = _SlotPairing(a, b, shared)
-    out_a, out_b = [], []
+    all_a, all_b, per_a, per_b = [], [], [], []
     for _ in range(resamples):
-        rounds = [shared[i] for i in rng.integers(0, len(shared), len(shared))] if over_rounds else shared
-        ga, gb = pairing.draw(rounds, rng)
-        out_a.append(metric_values(a, ga))
-        out_b.append(metric_values(b, gb))
-    return np.stack(out_a), np.stack(out_b)
+        ga, gb = pairing.draw(shared, rng)
+        all_a.append(metric_values(a, ga))
+        all_b.append(metric_values(b, gb))
+        if len(shared) > 1:
+            per_a.append([metric_values(a, [g]) for g in ga])
+            per_b.append([metric_values(b, [g]) for g in gb])
+    k, m = len(shared), len(METRICS)
+    ga0, gb0 = round_groups(a), round_groups(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        round_lr = np.array([np.log(metric_values(b, [gb0[r]])) - np.log(metric_values(a, [ga0[r]])) for r in shared])
+    round_se = np.full((k, m), np.nan)
+    if per_a:
+        pa, pb = np.array(per_a), np.array(per_b)  # (resamples, k, m)
+        for i in range(k):
+            round_se[i] = log_ratio_se(pa[:, i, :], pb[:, i, :])
+    return PairedBootstrap(log_ratio_se(np.stack(all_a), np.stack(all_b)), round_lr, round_se)
 
 
 def log_ratio_se(boot_a: np.ndarray, boot_b: np.ndarray) -> np.ndarray:

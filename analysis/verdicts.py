@@ -53,7 +53,7 @@ class MetricVerdict(_Strict):
     ratio: float | None = Field(description="B/A; null when either side is undefined or zero.")
     ci_requests: tuple[float, float] | None = Field(description="Interval of B/A, bootstrap over requests.")
     ci_rounds: tuple[float, float] | None = Field(
-        description="Interval of B/A, paired bootstrap over rounds then requests; null with < 2 shared rounds."
+        description="Interval of B/A over rounds (request error + between-round variance); null with < 2 rounds."
     )
     ci_level: float = Field(description="Coverage of both intervals (Bonferroni-corrected).")
     mann_whitney_p: float | None = Field(description="Two-sided U-test p on per-request values; null for rates.")
@@ -115,17 +115,16 @@ def compare_samples(
     z = stats.z_two_sided(per_metric_alpha)
     z_power = stats.z_one_sided(settings.power)
     pa, pb = stats.point_values(a), stats.point_values(b)
-    by_requests = stats.bootstrap_pair(a, b, settings.bootstrap_resamples, rng, over_rounds=False)
+    boot = stats.paired_bootstrap(a, b, settings.bootstrap_resamples, rng)
     nan = np.full(m, np.nan)
-    se_req = stats.log_ratio_se(*by_requests) if by_requests is not None else nan
-    by_rounds = stats.bootstrap_pair(a, b, settings.bootstrap_resamples, rng, over_rounds=True)
-    se_rounds = stats.log_ratio_se(*by_rounds) if by_rounds is not None else None
+    se_req = boot.se_requests if boot is not None else nan
+    se_rounds = boot.se_rounds() if boot is not None else nan
     noise = {mv.metric: mv for mv in control.metrics} if control is not None else {}
     verdicts = []
     for j, spec in enumerate(stats.METRICS):
         ok = pa[j] > 0 and pb[j] > 0 and math.isfinite(pa[j]) and math.isfinite(pb[j])
         lr = math.log(pb[j] / pa[j]) if ok else math.nan
-        se_rounds_j = float(se_rounds[j]) if se_rounds is not None else math.nan
+        se_rounds_j = float(se_rounds[j])
         # A rate is one number per round (tokens over the round's span, set by its last request):
         # resampling requests cannot give its error, only replication over rounds can.
         se_req_j = math.nan if spec.quantile is None else float(se_req[j])

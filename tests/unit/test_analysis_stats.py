@@ -57,13 +57,26 @@ def test_same_seed_same_verdicts_different_seed_different_intervals():
     assert other.metrics[0].ratio == first.metrics[0].ratio
 
 
-def test_rounds_bootstrap_needs_two_shared_rounds():
+def test_rounds_error_needs_two_shared_rounds():
     rng = np.random.default_rng(0)
-    one = _arm("a", n=40)
-    assert stats.bootstrap_pair(one, _arm("b", n=40, seed=3), 20, rng, over_rounds=True) is None
+    single = stats.paired_bootstrap(_arm("a", n=40), _arm("b", n=40, seed=3), 20, rng)
+    assert single is not None and np.all(np.isnan(single.se_rounds()))
     rounds = np.arange(40) % 4
-    boot = stats.bootstrap_pair(_arm("a", 40, rounds=rounds), _arm("b", 40, 3, rounds=rounds), 20, rng, True)
-    assert boot is not None and boot[0].shape == (20, len(stats.METRICS))
+    boot = stats.paired_bootstrap(_arm("a", 40, rounds=rounds), _arm("b", 40, 3, rounds=rounds), 20, rng)
+    assert boot is not None and boot.round_log_ratios.shape == (4, len(stats.METRICS))
+    assert np.isfinite(boot.se_rounds()[0])
+
+
+def test_round_drift_not_shared_by_the_arms_widens_the_rounds_interval():
+    rng = np.random.default_rng(1)
+    rounds = np.arange(400) % 4
+    a = _arm("a", 400, seed=1, rounds=rounds)
+    calm = _arm("b", 400, seed=2, rounds=rounds)
+    drift = np.array([1.0, 1.3, 0.8, 1.25])[rounds]
+    drifting = from_arrays("b", calm.ttft_s * drift, calm.tpot_s, calm.output_tokens, calm.start_s, rounds=rounds)
+    se_calm = stats.paired_bootstrap(a, calm, 60, rng).se_rounds()[0]
+    se_drift = stats.paired_bootstrap(a, drifting, 60, rng).se_rounds()[0]
+    assert se_drift > 1.5 * se_calm
 
 
 def test_rounds_interval_reported_only_with_rounds():
