@@ -117,9 +117,14 @@ def patch_no_respecialize(
     """
     mod_name, _, attr = target.partition(":")
     module = _import(flag, mod_name, vllm_version, import_module)
-    jit = _jit_function(getattr(module, attr, None))
-    if jit is None:
+    obj = getattr(module, attr, None)
+    if obj is None:
         raise PatchTargetMissing(flag, target, vllm_version, f"{mod_name} has no Triton kernel {attr!r}")
+    jit = _jit_function(obj)
+    if jit is None:
+        raise PatchTargetMissing(
+            flag, target, vllm_version, f"{attr} is not a Triton JIT kernel here (is vLLM's Triton disabled?)"
+        )
     by_name = {p.name: p for p in jit.params}
     missing = [a for a in args if a not in by_name]
     if missing:

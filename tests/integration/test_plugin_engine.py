@@ -1,0 +1,170 @@
+"""The plugin inside real vLLM CPU engines: per-rank metrics on the engine's own /metrics endpoint.
+
+Engines are started the way the EngineActor starts them (same server module, a fresh
+PROMETHEUS_MULTIPROC_DIR per engine), with unique ports and served names. No sleeps as
+synchronisation: every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster.server_process import EngineStartError, ServerProcess, free_port
+from cluster.tiny_model import SPECIAL_TOKENS, TinyMoeSpec, ensure_tiny_model
+from moe_opt.plugin.metrics import GPU_SPECS, SPECS
+from tests.integration.conftest import clean_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOST = "127.0.0.1"
+COMPILE_SPECS = {"moeperf_triton_compiles_total", "moeperf_triton_cache_hits_total", "moeperf_triton_compile_seconds"}
+# What a CPU engine can show: no Triton kernel runs there and there is no GPU for NVML.
+CPU_VISIBLE = [s for s in SPECS if s not in GPU_SPECS and s.name not in COMPILE_SPECS]
+DELAY_S = 0.05
+
+
+@contextmanager
+def engine(tmp_path: Path, name: str, tp: int, flags: dict, extra_env: dict[str, str]) -> Iterator[ServerProcess]:
+    model = str(ensure_tiny_model(TinyMoeSpec()))
+    port = free_port(HOST)
+    argv = [
+        "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--load-format", "dummy",
+        "--port", str(port), "--host", HOST, "--max-model-len", "1024", "--served-model-name", name,
+        "--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12",
+    ]  # fmt: skip
+    env = clean_env()
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", MOEPERF_ARM_FLAGS=json.dumps(flags), MOEPERF_ARM="arm-x",
+               MOEPERF_RUN_ID="run-1", MOEPERF_ENGINE=name, MOEPERF_NODE="node-a")  # fmt: skip
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(prom)
+    if tp > 1:
+        argv += ["--tensor-parallel-size", str(tp), "--distributed-executor-backend", "mp"]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
+    env.update(extra_env)
+    server = ServerProcess(argv, env, tmp_path / "server.log", HOST, port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def complete(server: ServerProcess, name: str, n_prompt: int, max_tokens: int) -> None:
+    lo = len(SPECIAL_TOKENS)
+    body = {"model": name, "prompt": [lo + i % 90 for i in range(n_prompt)], "max_tokens": max_tokens,
+            "ignore_eos": True}  # fmt: skip
+    req = urllib.request.Request(f"{server.url}/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=120) as r:
+        assert r.status == 200
+
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def scrape(server: ServerProcess) -> Samples:
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+def poll(fn: Callable[[], Samples], ok: Callable[[Samples], bool], deadline_s: float) -> Samples:
+    end = time.monotonic() + deadline_s
+    while True:
+        s = fn()
+        if ok(s) or time.monotonic() > end:
+            return s
+        time.sleep(0.2)  # polling interval, not synchronisation
+
+
+def series(samples: Samples, spec_name: str, kind: str) -> list[dict[str, str]]:
+    name = spec_name if kind != "histogram" else spec_name + "_count"
+    return [dict(ls) for (n, ls), _ in samples.items() if n == name]
+
+
+def assert_table_metrics_per_rank(samples: Samples, name: str, ranks: list[str]) -> None:
+    for spec in CPU_VISIBLE:
+        found = series(samples, spec.name, spec.kind)
+        assert found, f"{spec.name} missing from /metrics"
+        for labels in found:
+            assert set(spec.labels) <= set(labels), (spec.name, labels)
+            assert labels["engine"] == name and labels["arm"] == "arm-x" and labels["node"] == "node-a"
+        if "rank" in spec.labels:
+            assert sorted({lab["rank"] for lab in found}) == ranks, spec.name
+            assert all(lab["gpu"] == "none" and lab["gpu_uuid"] == "none" for lab in found)
+
+
+def test_tp1_per_rank_metrics_and_flags_info(tmp_path: Path) -> None:
+    name = f"plug-tp1-{tmp_path.name}"
+    flags = {"swap_ab": True, "moe_backend": "auto", "no_respecialize": True}
+    with engine(tmp_path, name, 1, flags, {}) as server:
+        server.wait_healthy(300)
+        complete(server, name, 16, 4)
+        samples = poll(lambda: scrape(server), lambda s: total(s, "moeperf_rank_ttft_seconds_count") >= 1, 30)
+        assert_table_metrics_per_rank(samples, name, ["0"])
+        (info,) = series(samples, "moeperf_plugin_info", "gauge")
+        assert info["swap_ab"] == "true" and info["swap_ab_status"] == "not_applicable_cpu"
+        assert info["no_respecialize"] == "true" and info["no_respecialize_status"] == "not_applicable_cpu"
+        assert info["moe_backend_status"] == "vllm_default" and info["flags_applied"] == "false"
+        assert info["run_id"] == "run-1" and info["platform"] == "cpu"
+        assert total(samples, "moeperf_rank_ttft_seconds_count") >= 1
+        assert any(n.startswith("vllm:") for n, _ in samples)  # vLLM's own metrics still served
+
+
+def test_tp2_every_metric_per_rank_and_stall_matches_injected_delay(tmp_path: Path) -> None:
+    name = f"plug-tp2-{tmp_path.name}"
+    flags = {"swap_ab": None, "moe_backend": "auto", "no_respecialize": False}
+    with engine(tmp_path, name, 2, flags, {"MOEPERF_TEST_RANK_DELAY": f"1:{DELAY_S}"}) as server:
+        server.wait_healthy(400)
+        complete(server, name, 16, 4)  # warm-up: first steps pay one-off CPU kernel set-up
+        stall = "moeperf_rank_sync_stall_seconds"
+        before = poll(lambda: scrape(server), lambda s: total(s, stall + "_count", rank="0") >= 3, 30)
+        for _ in range(3):
+            complete(server, name, 16, 8)
+        n0, n1 = (total(before, stall + "_count", rank=r) for r in ("0", "1"))
+        after = poll(
+            lambda: scrape(server),
+            lambda s: min(total(s, stall + "_count", rank="0") - n0, total(s, stall + "_count", rank="1") - n1) >= 20,
+            60,
+        )
+        assert_table_metrics_per_rank(after, name, ["0", "1"])
+
+        def mean(rank: str) -> float:
+            d_sum = total(after, stall + "_sum", rank=rank) - total(before, stall + "_sum", rank=rank)
+            d_n = total(after, stall + "_count", rank=rank) - total(before, stall + "_count", rank=rank)
+            assert d_n >= 20
+            return d_sum / d_n
+
+        waiting, delayed = mean("0"), mean("1")
+        assert abs(waiting - DELAY_S) <= 0.2 * DELAY_S, (waiting, delayed)
+        assert delayed <= 0.2 * DELAY_S, (waiting, delayed)
+
+
+def test_missing_patch_target_stops_the_engine_with_the_message(tmp_path: Path) -> None:
+    name = f"plug-missing-{tmp_path.name}"
+    flags = {"swap_ab": True, "moe_backend": "auto", "no_respecialize": False}
+    extra = {"MOEPERF_TEST_FORCE_PATCHES": "1", "MOEPERF_TEST_MISSING_TARGET": "swap_ab"}
+    with engine(tmp_path, name, 1, flags, extra) as server:
+        with pytest.raises(EngineStartError) as e:
+            server.wait_healthy(300)
+        assert server.poll() is not None
+    log = (tmp_path / "server.log").read_text()
+    assert "moeperf: flag 'swap_ab' cannot be applied on vLLM 0.32.0" in log, e.value.log_tail

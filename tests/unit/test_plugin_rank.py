@@ -1,0 +1,84 @@
+"""One rank's instruments end to end in one process: steps, TTFT, stall ring, compile events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+from prometheus_client import CollectorRegistry
+
+from moe_opt.kernels.compile_counter import CompileEvent
+from moe_opt.plugin.metrics import Metrics
+from moe_opt.plugin.rank import RankInstruments
+from moe_opt.plugin.sync import CollectiveClock, SyncRing
+
+LABELS = {"engine": "e", "arm": "a", "node": "n", "rank": "0", "gpu": "none", "gpu_uuid": "none"}
+
+
+def sched(new_reqs=(), scheduled=None) -> NS:
+    return NS(
+        scheduled_new_reqs=list(new_reqs),
+        num_scheduled_tokens=dict(scheduled or {}),
+        finished_req_ids=set(),
+        preempted_req_ids=None,
+        scheduled_cached_reqs=NS(req_ids=[], num_computed_tokens=[]),
+    )
+
+
+def value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return reg.get_sample_value(name, {**LABELS, **labels})
+
+
+def test_single_rank_steps_ttft_and_zero_stall() -> None:
+    reg = CollectorRegistry()
+    inst = RankInstruments(dict(LABELS), 0, 1, Metrics(reg), CollectiveClock(), None)
+    inst.begin(sched([NS(req_id="r", prompt_token_ids=[1, 2, 3], num_computed_tokens=0)], {"r": 3}))
+    inst.end()
+    inst.begin(sched(scheduled={"r": 1}))
+    inst.end()
+    inst.begin(sched())  # nothing scheduled: not a step
+    inst.end()
+    assert value(reg, "moeperf_rank_ttft_seconds_count") == 1
+    assert value(reg, "moeperf_rank_step_seconds_count", phase="prefill") == 1
+    assert value(reg, "moeperf_rank_step_seconds_count", phase="decode") == 1
+    assert value(reg, "moeperf_rank_sync_stall_seconds_sum") == 0.0
+    assert value(reg, "moeperf_rank_sync_stall_seconds_count") == 2
+    assert reg.get_sample_value("moeperf_step_skew_seconds_count", {"engine": "e", "arm": "a", "node": "n"}) == 2
+
+
+def test_two_ranks_collective_time_becomes_stall(tmp_path: Path) -> None:
+    reg0, reg1 = CollectorRegistry(), CollectorRegistry()
+    clock0, clock1 = CollectiveClock(), CollectiveClock()
+    path = str(tmp_path / "ring")
+    r0 = RankInstruments(dict(LABELS), 0, 2, Metrics(reg0), clock0, SyncRing(path, 2, 0))
+    r1 = RankInstruments({**LABELS, "rank": "1"}, 1, 2, Metrics(reg1), clock1, SyncRing(path, 2, 1))
+    for _ in range(3):
+        s = sched(scheduled={"x": 1})
+        r0.begin(s)
+        r1.begin(s)
+        clock0.seconds += 0.040  # rank 0 waited 40 ms in the all-reduce for rank 1
+        clock1.seconds += 0.001
+        r0.end()
+        r1.end()
+    r0.begin(sched())  # the next step resolves the last one
+    assert value(reg0, "moeperf_rank_sync_stall_seconds_sum") >= 0.039 * 2
+    assert reg1.get_sample_value("moeperf_rank_sync_stall_seconds_sum", {**LABELS, "rank": "1"}) == 0.0
+    assert value(reg0, "moeperf_rank_collective_seconds_total") >= 0.04 * 3
+
+
+def test_compile_events_are_counted_per_kernel_and_phase() -> None:
+    reg = CollectorRegistry()
+    inst = RankInstruments(dict(LABELS), 0, 1, Metrics(reg), CollectiveClock(), None)
+
+    def event(cache_hit: bool | None) -> CompileEvent:
+        return CompileEvent("m.k", "key", 0.5, 0.4, cache_hit, False, 0.0)
+
+    inst.on_compile(event(False))
+    inst.on_compile(event(True))
+    inst.begin(sched(scheduled={"x": 1}))
+    inst.end()
+    inst.on_compile(event(None))
+    assert value(reg, "moeperf_triton_compiles_total", kernel="m.k", during="startup") == 1
+    assert value(reg, "moeperf_triton_cache_hits_total", kernel="m.k", during="startup") == 1
+    assert value(reg, "moeperf_triton_compiles_total", kernel="m.k", during="serving") == 1
+    assert value(reg, "moeperf_triton_compile_seconds_count", kernel="m.k", during="startup") == 2
