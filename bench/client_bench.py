@@ -203,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                 point = {"rate_rps": rate, "loadavg_1m": os.getloadavg()[0], "moeperf": run_moeperf(url, reqs)}
                 point["vllm_bench_serve"] = run_vllm(url, reqs, tokenizer, Path(tmp))
                 points.append(point)
-                print(json.dumps({k: point[k] for k in ("rate_rps", "loadavg_1m")})
-                      + f" moeperf p99 {point['moeperf']['server_lag_ms']['p99']:.3f} ms"
-                      + f" vllm p99 {point['vllm_bench_serve']['server_lag_ms']['p99']:.3f} ms", flush=True)  # fmt: skip
+                ours, theirs = (
+                    point["moeperf"]["server_lag_ms"]["p99"],
+                    point["vllm_bench_serve"]["server_lag_ms"]["p99"],
+                )
+                print(f"rate {rate:g}/s: p99 lag moeperf {ours:.3f} ms, vllm {theirs:.3f} ms", flush=True)
     finally:
         server.kill()
         server.wait()

@@ -84,47 +84,60 @@ def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
 async def _stream_one(
     session: aiohttp.ClientSession, s: ClientSettings, rec: RequestRecord, payload: dict[str, Any], clock: _Clock
 ) -> None:
-    seen_tokens = 0
+    """Read the SSE stream as raw bytes (one read may hold several events) and time each read.
+
+    Token counts come from per-chunk usage, so a chunk of k tokens adds k token times; fields of
+    the record are set once at the end (pydantic attribute writes are not free at high rates).
+    """
+    times: list[float] = []
+    seen_tokens, exact = 0, True
+    prompt_tokens: int | None = None
+    usage_tokens: int | None = None
+    done = False
     async with session.post(f"{s.base_url}/v1/completions", json=payload) as resp:
         rec.http_status = resp.status
         if resp.status != 200:
             body = (await resp.text())[:300]
             raise _StreamError("http", f"HTTP {resp.status}: {body}")
-        done = False
-        async for raw in resp.content:
-            if not raw.startswith(b"data:"):
-                continue
-            data = raw[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
+        pending = b""
+        async for data in resp.content.iter_any():  # read to the end of the body: the connection is reused
             now = clock.now_s()
-            try:
-                chunk = json.loads(data)
-            except json.JSONDecodeError as e:
-                raise _StreamError("bad_sse", f"bad SSE data {data[:80]!r}: {e}") from None
-            if not isinstance(chunk, dict):
-                raise _StreamError("bad_sse", f"bad SSE data {data[:80]!r}: not an object")
-            if "error" in chunk:
-                raise _StreamError("http", f"error in stream: {str(chunk['error'])[:200]}")
-            usage = chunk.get("usage") or {}
-            if "completion_tokens" in usage:
-                new_tokens = usage["completion_tokens"] - seen_tokens
-                rec.prompt_tokens = usage.get("prompt_tokens")
-                rec.output_tokens = usage["completion_tokens"]
-            else:  # no per-chunk usage: a chunk may hold several tokens, so counts are not exact
-                new_tokens = 1 if chunk.get("choices") else 0
-                rec.tokens_exact = rec.tokens_exact and new_tokens == 0
-            if new_tokens > 0:
-                if rec.first_token_s is None:
-                    rec.first_token_s = now
-                rec.token_times_s.extend([now] * new_tokens)
-                seen_tokens += new_tokens
-        if not done:
-            raise _StreamError("reset", "stream closed before [DONE]")
-    rec.end_s = clock.now_s()
-    if rec.output_tokens is None:
-        rec.output_tokens = seen_tokens
+            lines = (pending + data).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                event = line[5:].strip()
+                if event == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    chunk = json.loads(event)
+                except json.JSONDecodeError as e:
+                    raise _StreamError("bad_sse", f"bad SSE data {event[:80]!r}: {e}") from None
+                if not isinstance(chunk, dict):
+                    raise _StreamError("bad_sse", f"bad SSE data {event[:80]!r}: not an object")
+                if "error" in chunk:
+                    raise _StreamError("http", f"error in stream: {str(chunk['error'])[:200]}")
+                usage = chunk.get("usage") or {}
+                if "completion_tokens" in usage:
+                    new_tokens = usage["completion_tokens"] - seen_tokens
+                    prompt_tokens, usage_tokens = usage.get("prompt_tokens"), usage["completion_tokens"]
+                else:  # no per-chunk usage: a chunk may hold several tokens, so counts are not exact
+                    new_tokens = 1 if chunk.get("choices") else 0
+                    exact = exact and new_tokens == 0
+                if new_tokens > 0:
+                    times.extend([now] * new_tokens)
+                    seen_tokens += new_tokens
+    end_s = clock.now_s()
+    rec.token_times_s = times
+    rec.first_token_s = times[0] if times else None
+    rec.prompt_tokens, rec.tokens_exact = prompt_tokens, exact
+    rec.output_tokens = usage_tokens if usage_tokens is not None else seen_tokens
+    if not done:
+        rec.end_s = end_s
+        raise _StreamError("reset", "stream closed before [DONE]")
+    rec.end_s = end_s
 
 
 def _classify(e: BaseException) -> tuple[ErrorKind, str]:
