@@ -140,10 +140,12 @@ class ClientMetrics:
 
     def run_active(self, active: bool) -> None:
         self._objs["moeperf_run_active"].labels(self.run_id, self.experiment).set(1 if active else 0)
+        self._last_observed = time.time()
 
     def arm_active(self, arm: str, round_index: int, active: bool) -> None:
         """Marks an arm's replay (Grafana draws these as annotations: which arm ran when)."""
         self._objs["moeperf_arm_replay_active"].labels(self.run_id, arm, str(round_index)).set(1 if active else 0)
+        self._last_observed = time.time()
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Start the HTTP endpoint (port 0: any free one); returns its URL for the targets file."""
