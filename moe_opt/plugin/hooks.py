@@ -15,6 +15,7 @@ import logging
 import os
 from typing import Any
 
+from moe_opt.plugin.buffered import Buffer
 from moe_opt.plugin.gpu import NvmlSampler, identify
 from moe_opt.plugin.metrics import Metrics
 from moe_opt.plugin.patches import PatchTargetMissing, apply_flags, installed_vllm_version
@@ -31,6 +32,7 @@ GROUP = "vllm.distributed.parallel_state:GroupCoordinator"
 class _State:
     settings: PluginSettings | None = None
     instruments: RankInstruments | None = None
+    metrics = Metrics()  # one per process: prometheus_client allows one object per name and registry
     clock = CollectiveClock()
     keep: list[Any] = []  # objects that must live as long as the process (compile counter, sampler)
 
@@ -99,14 +101,17 @@ def setup_rank(wrapper: Any) -> RankInstruments:
         "gpu": gpu.index,
         "gpu_uuid": gpu.uuid,
     }
-    metrics = Metrics()
+    metrics = STATE.metrics
     ring = None
     if world > 1:
         init_method = getattr(worker, "distributed_init_method", "")
         key = f"{init_method}|{os.getppid()}|{getattr(parallel, 'data_parallel_rank', 0)}"
         ring = SyncRing(ring_path(key, world), world, rank)
         atexit.register(ring.close, unlink=rank == 0)
-    inst = RankInstruments(labels, rank, world, metrics, STATE.clock, ring, settings.rank_delay)
+    buffer = Buffer()
+    inst = RankInstruments(labels, rank, world, metrics, STATE.clock, ring, settings.rank_delay, buffer)
+    buffer.start()
+    atexit.register(buffer.stop)
     info = {
         **labels,
         "run_id": settings.run_id,

@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from moe_opt.plugin.buffered import Buffer
 from moe_opt.plugin.metrics import Metrics
 from moe_opt.plugin.settings import RankDelay
 from moe_opt.plugin.steps import PrefillTracker, StepPlan
@@ -29,18 +30,22 @@ class RankInstruments:
         clock: CollectiveClock,
         ring: SyncRing | None,
         delay: RankDelay | None = None,
+        buffer: Buffer | None = None,
     ) -> None:
+        self.buffer = buf = buffer if buffer is not None else Buffer()
         self.labels, self.rank, self.world = labels, rank, world_size
         self.metrics, self.clock, self.ring = metrics, clock, ring
         self.delay_s = delay.seconds if delay is not None and delay.rank == rank else 0.0
         lv = tuple(labels.values())
-        self._ttft = metrics.get("moeperf_rank_ttft_seconds").labels(*lv)
+        self._ttft = buf.histogram(metrics.get("moeperf_rank_ttft_seconds").labels(*lv))
         step = metrics.get("moeperf_rank_step_seconds")
-        self._step = {p: step.labels(*lv, p) for p in ("prefill", "decode", "mixed")}
-        self._stall = metrics.get("moeperf_rank_sync_stall_seconds").labels(*lv)
-        self._coll = metrics.get("moeperf_rank_collective_seconds_total").labels(*lv)
+        self._step = {p: buf.histogram(step.labels(*lv, p)) for p in ("prefill", "decode", "mixed")}
+        self._stall = buf.histogram(metrics.get("moeperf_rank_sync_stall_seconds").labels(*lv))
+        self._coll = buf.counter(metrics.get("moeperf_rank_collective_seconds_total").labels(*lv))
         self._skew = (
-            metrics.get("moeperf_step_skew_seconds").labels(labels["engine"], labels["arm"], labels["node"])
+            buf.histogram(
+                metrics.get("moeperf_step_skew_seconds").labels(labels["engine"], labels["arm"], labels["node"])
+            )
             if rank == 0
             else None
         )
@@ -92,6 +97,10 @@ class RankInstruments:
             self._stall.observe(s.stall_s)
             if self._skew is not None:
                 self._skew.observe(s.skew_s)
+
+    def flush(self) -> None:
+        """Write buffered observations to prometheus_client now (hooks.py runs this every 0.5 s)."""
+        self.buffer.flush()
 
     # ----- compilations ------------------------------------------------------------------------------
     def on_compile(self, event: Any) -> None:

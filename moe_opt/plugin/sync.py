@@ -112,6 +112,7 @@ class SyncRing:
         finally:
             os.close(fd)
         self._pending: deque[int] = deque()
+        self._slot = struct.Struct(f"<{4 * world_size}d")  # one step: every rank's row, read in one call
 
     def _off(self, step: int, rank: int) -> int:
         return ((step % self.slots) * self.world + rank) * _ROW.size
@@ -124,15 +125,14 @@ class SyncRing:
 
     def _rows(self, step: int) -> list[tuple[float, float, float]] | None | bool:
         """The step's rows, None if some rank has not written it yet, False if it was overwritten."""
-        rows = []
-        for r in range(self.world):
-            marker, enter, busy, coll = _ROW.unpack_from(self._mm, self._off(step, r))
-            if marker > step + 1:
-                return False
-            if marker < step + 1:
-                return None
-            rows.append((enter, busy, coll))
-        return rows
+        flat = self._slot.unpack_from(self._mm, (step % self.slots) * self._slot.size)
+        want = step + 1
+        markers = flat[0::4]
+        if max(markers) > want:
+            return False
+        if min(markers) < want:
+            return None
+        return list(zip(flat[1::4], flat[2::4], flat[3::4], strict=True))
 
     def resolve(self) -> list[StepSync]:
         """Steps of this rank whose rows every rank has written, oldest first."""

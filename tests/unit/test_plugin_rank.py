@@ -38,6 +38,7 @@ def test_single_rank_steps_ttft_and_zero_stall() -> None:
     inst.end()
     inst.begin(sched())  # nothing scheduled: not a step
     inst.end()
+    inst.flush()
     assert value(reg, "moeperf_rank_ttft_seconds_count") == 1
     assert value(reg, "moeperf_rank_step_seconds_count", phase="prefill") == 1
     assert value(reg, "moeperf_rank_step_seconds_count", phase="decode") == 1
@@ -61,6 +62,8 @@ def test_two_ranks_collective_time_becomes_stall(tmp_path: Path) -> None:
         r0.end()
         r1.end()
     r0.begin(sched())  # the next step resolves the last one
+    r0.flush()
+    r1.flush()
     assert value(reg0, "moeperf_rank_sync_stall_seconds_sum") >= 0.039 * 2
     assert reg1.get_sample_value("moeperf_rank_sync_stall_seconds_sum", {**LABELS, "rank": "1"}) == 0.0
     assert value(reg0, "moeperf_rank_collective_seconds_total") >= 0.04 * 3
@@ -78,6 +81,7 @@ def test_compile_events_are_counted_per_kernel_and_phase() -> None:
     inst.begin(sched(scheduled={"x": 1}))
     inst.end()
     inst.on_compile(event(None))
+    inst.flush()
     assert value(reg, "moeperf_triton_compiles_total", kernel="m.k", during="startup") == 1
     assert value(reg, "moeperf_triton_cache_hits_total", kernel="m.k", during="startup") == 1
     assert value(reg, "moeperf_triton_compiles_total", kernel="m.k", during="serving") == 1

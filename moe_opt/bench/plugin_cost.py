@@ -1,0 +1,286 @@
+"""What the plugin's instruments cost: engine throughput with and without them, plus per-step cost.
+
+Why two measurements: on a shared 2-core CPU box, run-to-run throughput noise is several percent,
+larger than the 1 % goal, so the engine A/B alone cannot show "under 1 %". The micro-benchmark times
+exactly the code the plugin adds to every step (RankInstruments.begin/end with multiprocess-mode
+Prometheus metrics, TTFT bookkeeping and the TP=2 sync ring) and divides by the step time measured
+in the engine, which bounds the cost with little noise. The engine A/B runs both engines side by
+side and alternates trials between them (A B A B ...) so that slow drifts of the machine hit both.
+
+    python3 -m moe_opt.bench.plugin_cost --model "$(python3 -c 'from cluster.tiny_model import *; \
+        print(ensure_tiny_model(TinyMoeSpec()))')" --out moe_opt/bench/results/cpu/plugin_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+FLAGS = '{"swap_ab":null,"moe_backend":"auto","no_respecialize":false}'
+FIRST_TOKEN_ID = 3  # the tiny model's ids 3..97 are printable bytes
+FLUSH_EVERY_STEPS = 50  # 0.5 s flush period / 10 ms steps: flushes more often than any real engine
+
+
+# ----- per-step micro-benchmark (run in a child process: the metrics directory must be set before import)
+def micro(steps: int, batch: int, prefill_every: int) -> dict[str, float]:
+    from types import SimpleNamespace as NS
+
+    from moe_opt.plugin.metrics import Metrics
+    from moe_opt.plugin.rank import RankInstruments
+    from moe_opt.plugin.sync import CollectiveClock, SyncRing
+
+    labels = {"engine": "bench", "arm": "a", "node": "n", "rank": "0", "gpu": "none", "gpu_uuid": "none"}
+    ring_file = os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], "ring")
+    clocks = [CollectiveClock(), CollectiveClock()]
+    metrics = Metrics()  # one per process, as in a worker (the default registry allows one of each)
+    ranks = [
+        RankInstruments({**labels, "rank": str(r)}, r, 2, metrics, clocks[r], SyncRing(ring_file, 2, r))
+        for r in range(2)
+    ]
+    empty_cached = NS(req_ids=[], num_computed_tokens=[])
+    running = {f"r{i}": 1 for i in range(batch)}
+    outputs = []
+    for step in range(steps):
+        new = []
+        scheduled = dict(running)
+        if step % prefill_every == 0:
+            rid = f"p{step}"
+            new = [NS(req_id=rid, prompt_token_ids=list(range(256)), num_computed_tokens=0)]
+            scheduled[rid] = 256
+        outputs.append(
+            NS(
+                scheduled_new_reqs=new,
+                num_scheduled_tokens=scheduled,
+                finished_req_ids={f"p{step - 1}"},
+                preempted_req_ids=None,
+                scheduled_cached_reqs=empty_cached,
+            )  # fmt: skip
+        )
+    t0 = time.perf_counter()
+    for i, so in enumerate(outputs):
+        for r in ranks:  # one process plays both ranks: this counts both ranks' cost
+            r.begin(so)
+            r.end()
+            if i % FLUSH_EVERY_STEPS == 0:  # the flush thread's work, counted here (it holds the GIL)
+                r.flush()
+    per_rank_step_s = (time.perf_counter() - t0) / (steps * 2)
+    return {
+        "per_rank_step_us": per_rank_step_s * 1e6,
+        "collective_wrapper_us_per_call": collective_wrapper_us(),
+        "steps": steps,
+        "batch": batch,
+        "prefill_every": prefill_every,
+    }
+
+
+def collective_wrapper_us(calls: int = 200_000) -> float:
+    """Extra host time per wrapped collective call (eager mode only; CUDA graphs never call Python)."""
+    from moe_opt.plugin.sync import CollectiveClock
+
+    def noop(x: int) -> int:
+        return x
+
+    timed = CollectiveClock().wrap(noop)
+    t0 = time.perf_counter()
+    for i in range(calls):
+        noop(i)
+    bare = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(calls):
+        timed(i)
+    return max(0.0, (time.perf_counter() - t0 - bare) / calls * 1e6)
+
+
+def run_micro(steps: int, batch: int, prefill_every: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": d}
+        call = f"micro({steps}, {batch}, {prefill_every})"
+        code = f"import json; from moe_opt.bench.plugin_cost import micro; print(json.dumps({call}))"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+# ----- engine A/B ----------------------------------------------------------------------------------------
+class Engine:
+    def __init__(self, name: str, model: str, port: int, instrumented: bool, workdir: Path) -> None:
+        self.name, self.port = name, port
+        prom = workdir / f"prom-{name}"
+        prom.mkdir(parents=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("MOEPERF_ARM_FLAGS", "TRITON_INTERPRET")}
+        env.update(VLLM_CPU_KVCACHE_SPACE="1", PROMETHEUS_MULTIPROC_DIR=str(prom))
+        if instrumented:
+            env.update(MOEPERF_ARM_FLAGS=FLAGS, MOEPERF_ARM="instrumented", MOEPERF_ENGINE=name)
+        self.argv = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--load-format", "dummy",
+            "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "1024", "--served-model-name", name,
+            "--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12",
+        ]  # fmt: skip
+        self.log = (workdir / f"{name}.log").open("wb")
+        self.proc = subprocess.Popen(self.argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"engine {self.name} exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)  # polling interval
+        raise TimeoutError(f"engine {self.name} not healthy after {timeout_s} s")
+
+    def complete(self, prompt_len: int, max_tokens: int, seed: int) -> int:
+        prompt = [FIRST_TOKEN_ID + (seed + i) % 90 for i in range(prompt_len)]
+        body = {"model": self.name, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+        req = urllib.request.Request(f"{self.url}/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return int(json.loads(r.read())["usage"]["completion_tokens"])
+
+    def trial(self, concurrency: int, prompt_len: int, max_tokens: int, seed: int) -> float:
+        """Output tokens per second of one batch of concurrent requests."""
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            tokens = sum(pool.map(lambda i: self.complete(prompt_len, max_tokens, seed + i), range(concurrency)))
+        return tokens / (time.perf_counter() - t0)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+            return r.read().decode()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def mean_step_s(metrics_text: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = count = 0.0
+    for fam in text_string_to_metric_families(metrics_text):
+        for s in fam.samples:
+            if s.name == "moeperf_rank_step_seconds_sum":
+                total += s.value
+            elif s.name == "moeperf_rank_step_seconds_count":
+                count += s.value
+    return total / count if count else float("nan")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def engine_ab(model: str, trials: int, concurrency: int, prompt_len: int, max_tokens: int) -> dict[str, Any]:
+    tag = f"{os.getpid()}"
+    with tempfile.TemporaryDirectory(prefix="moeperf-plugin-cost-") as d:
+        work = Path(d)
+        engines = {
+            "off": Engine(f"cost-off-{tag}", model, free_port(), False, work),
+            "on": Engine(f"cost-on-{tag}", model, free_port(), True, work),
+        }
+        try:
+            for e in engines.values():
+                e.wait_healthy(600)
+            for e in engines.values():  # warm-up, not measured
+                e.trial(concurrency, prompt_len, max_tokens, seed=0)
+            tput: dict[str, list[float]] = {"off": [], "on": []}
+            for t in range(trials):
+                order = ("off", "on") if t % 2 == 0 else ("on", "off")
+                for k in order:
+                    tput[k].append(engines[k].trial(concurrency, prompt_len, max_tokens, seed=t))
+            step_s = mean_step_s(engines["on"].metrics_text())
+        finally:
+            for e in engines.values():
+                e.stop()
+    ratios = [on / off for on, off in zip(tput["on"], tput["off"], strict=True)]
+    return {
+        "trials": trials,
+        "concurrency": concurrency,
+        "prompt_tokens": prompt_len,
+        "max_tokens": max_tokens,
+        "output_tokens_per_s": tput,
+        "median_output_tokens_per_s": {k: statistics.median(v) for k, v in tput.items()},
+        "paired_ratio_on_over_off": ratios,
+        "median_ratio_on_over_off": statistics.median(ratios),
+        "cost_percent_median": 100 * (1 - statistics.median(ratios)),
+        "ratio_spread_stdev": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
+        "instrumented_mean_step_s": step_s,
+    }
+
+
+def environment() -> dict[str, Any]:
+    from moe_opt.bench.env_info import environment as base
+
+    env = base()
+    try:
+        from importlib.metadata import version
+
+        env["vllm"] = version("vllm-cpu")
+    except Exception:  # noqa: BLE001
+        env["vllm"] = "unknown"
+    env["prometheus_client"] = _pkg("prometheus_client")
+    env["cpu_count"] = os.cpu_count()
+    env["loadavg_at_start"] = os.getloadavg()
+    env["machine"] = os.uname().nodename + " " + os.uname().machine
+    return env
+
+
+def _pkg(name: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(name)
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--model", required=True, help="model directory (the tiny generated Mixtral)")
+    p.add_argument("--out", type=Path, default=Path("moe_opt/bench/results/cpu/plugin_cost.json"))
+    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--micro-steps", type=int, default=20000)
+    p.add_argument("--skip-engine", action="store_true")
+    a = p.parse_args(argv)
+    result: dict[str, Any] = {"schema": "moeperf.plugin_cost/1", "environment": environment()}
+    result["micro"] = run_micro(a.micro_steps, a.concurrency, prefill_every=a.max_tokens // 4 or 1)
+    if not a.skip_engine:
+        ab = engine_ab(a.model, a.trials, a.concurrency, a.prompt_tokens, a.max_tokens)
+        result["engine_ab"] = ab
+        result["micro"]["cost_percent_of_mean_step"] = (
+            100 * result["micro"]["per_rank_step_us"] * 1e-6 / ab["instrumented_mean_step_s"]
+        )
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "environment"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
