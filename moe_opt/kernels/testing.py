@@ -18,6 +18,8 @@ BOUNDS = {"bf16": (0.04, 0.01), "fp8": (0.2, 0.06)}
 # Triton 3.6's CPU interpreter truncates fp32 -> bf16 instead of rounding to nearest (measured: all
 # errors toward zero), doubling each of the three bf16 rounding steps' error and biasing it.
 BOUNDS_INTERPRETER = {"bf16": (0.08, 0.03), "fp8": (0.2, 0.06)}
+# Read once, like triton.jit does: whether this process's kernels were built for the interpreter.
+INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def device() -> str:
@@ -61,7 +63,7 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> tuple[float
         raise AssertionError("non-finite values in the kernel output")
     max_err, rms_err = diff.abs().max().item(), diff.pow(2).mean().sqrt().item()
     ref_max, ref_rms = ref.float().abs().max().item(), ref.float().pow(2).mean().sqrt().item()
-    bounds = BOUNDS_INTERPRETER if os.environ.get("TRITON_INTERPRET") == "1" else BOUNDS
+    bounds = BOUNDS_INTERPRETER if INTERPRETER else BOUNDS
     tol_max, tol_rms = bounds[dtype]
     if max_err > tol_max * ref_max + 1e-6:
         raise AssertionError(f"{dtype}: max abs error {max_err:.4g} > {tol_max} x max|ref| {ref_max:.4g}")

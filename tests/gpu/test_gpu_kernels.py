@@ -4,6 +4,11 @@ shapes, both dtypes, Swap-AB on and off; plus graph capture and real compile cou
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    # Skip before importing moe_opt.kernels: on a CPU box that import must happen in interpreter mode,
+    # which tests/kernels/conftest.py arranges.
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
 from moe_opt.bench.shapes import SHAPES
 from moe_opt.kernels import (
     CompileCounter,

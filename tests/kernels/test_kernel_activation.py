@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import skip_fp8_on_interpreter
+from kernel_interp import skip_fp8_on_interpreter
 
 from moe_opt.kernels import silu_and_mul, silu_and_mul_torch, static_fp8_quant, static_fp8_quant_torch
 from moe_opt.kernels.testing import device

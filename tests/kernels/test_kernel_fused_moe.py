@@ -6,7 +6,7 @@ intermediate sizes (masked K and N tails), zero and one token, top-k 1/2/8.
 
 import pytest
 import torch
-from conftest import skip_fp8_on_interpreter
+from kernel_interp import skip_fp8_on_interpreter
 
 from moe_opt.kernels import KernelSwitches, fused_experts, fused_experts_torch, fused_moe, fused_moe_torch
 from moe_opt.kernels.testing import check_close, make_moe

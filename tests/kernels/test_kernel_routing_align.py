@@ -59,7 +59,7 @@ def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecializ
 
 @pytest.mark.parametrize("num_tokens,hidden", [(0, 64), (1, 40), (5, 1100)])
 def test_topk_softmax_quant_matches_twin(num_tokens, hidden):
-    from conftest import skip_fp8_on_interpreter
+    from kernel_interp import skip_fp8_on_interpreter
 
     from moe_opt.kernels import topk_softmax_quant, topk_softmax_quant_torch
 
