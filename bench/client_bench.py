@@ -45,12 +45,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(port: int) -> subprocess.Popen[str]:
+def _pin(cpus: set[int] | None) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def _start_server(port: int, cpus: set[int] | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.stream_server", "--port", str(port)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=(lambda: _pin(cpus)) if cpus else None,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -182,7 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ttft-requests", type=int, default=200)
     p.add_argument("--lag-bound-ms", type=float, default=1.0)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="Server on the last CPU, clients on the others (both clients alike), as on a real client node.",
+    )
     ns = p.parse_args(argv)
+    server_cpus = client_cpus = None
+    if ns.pin and (n := os.cpu_count() or 1) > 1:
+        server_cpus, client_cpus = {n - 1}, set(range(n - 1))
+        _pin(client_cpus)  # this process runs the moeperf client; vllm bench serve inherits the mask
 
     from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model  # the tiny model's tokenizer, for vllm
 
@@ -190,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     port = _free_port()
-    server = _start_server(port)
+    server = _start_server(port, server_cpus)
     url = f"http://127.0.0.1:{port}"
     points: list[dict[str, Any]] = []
     try:
@@ -220,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_after": os.getloadavg(),
         "request": {"prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS, "tokens_per_chunk": 1},
         "lag_bound_ms": ns.lag_bound_ms,
+        "pinned": {"server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or [])},
         "sustainable_rate_rps": {
             "moeperf": sustainable(points, "moeperf", ns.lag_bound_ms),
             "vllm_bench_serve": sustainable(points, "vllm_bench_serve", ns.lag_bound_ms),

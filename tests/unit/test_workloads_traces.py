@@ -135,7 +135,12 @@ def test_synthetic_empirical_draws_from_another_trace():
         (BurstGptTraceSpec, "b.csv", BURST_HEADER + "5,m,-4,1,2,x\n", r"b.csv:2: Request tokens: negative"),
         (BurstGptTraceSpec, "b.csv", "Timestamp,Model\n1,m\n", r"b.csv:1: missing column"),
         (MooncakeTraceSpec, "m.jsonl", "", r"m.jsonl: no requests"),
-        (MooncakeTraceSpec, "m.jsonl", '{"timestamp": 0, "input_length": 3}\n', r"m.jsonl:1: missing field 'output_length'"),
+        (
+            MooncakeTraceSpec,
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 3}\n',
+            r"m.jsonl:1: missing field 'output_length'",
+        ),
         (MooncakeTraceSpec, "m.jsonl", "{oops\n", r"m.jsonl:1: not JSON"),
         (
             MooncakeTraceSpec,
@@ -151,7 +156,7 @@ def test_synthetic_empirical_draws_from_another_trace():
             r"m.jsonl:1: input_length: negative",
         ),
         (ShareGptTraceSpec, "s.json", "", r"s.json: no requests"),
-        (ShareGptTraceSpec, "s.json", "[\n{\"id\": 1,\n", r"s.json:3: not JSON"),
+        (ShareGptTraceSpec, "s.json", '[\n{"id": 1,\n', r"s.json:3: not JSON"),
         (ShareGptTraceSpec, "s.json", '[{"id": 1}]', r"s.json: entry 0: no 'conversations'"),
     ],
 )
