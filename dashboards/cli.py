@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from dashboards.generate import JSON_DIR, render_all, stale, write_all
+from dashboards.prom_server import DEFAULT_RAY_DIR, DEFAULT_TARGETS_DIR, Prometheus, render_config
 from dashboards.queries import extract
 
 
@@ -19,7 +20,15 @@ def main(argv: list[str]) -> int:
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 if the files are not current")
     q = sub.add_parser("queries", help="Print every PromQL expression of the dashboards (tab-separated).")
     q.add_argument("--dir", type=Path, default=JSON_DIR)
+    pr = sub.add_parser("prometheus", help="Run a local Prometheus with the shipped config until Ctrl-C.")
+    pr.add_argument("--port", type=int, default=9090)
+    pr.add_argument("--data", type=Path, default=Path("/tmp/moeperf/prometheus-data"), help="TSDB folder")
+    pr.add_argument("--targets-dir", default=DEFAULT_TARGETS_DIR, help="the experiments' metrics.targets_dir")
+    pr.add_argument("--ray-dir", default=DEFAULT_RAY_DIR, help="Ray's temp dir ($RAY_TMPDIR/ray)")
+    pr.add_argument("--scrape-interval", default=None, help="e.g. 1s (default: the shipped 5s)")
     ns = p.parse_args(argv)
+    if ns.cmd == "prometheus":
+        return _serve_prometheus(ns)
     if ns.cmd == "build":
         if ns.check:
             bad = stale(ns.out)
@@ -35,6 +44,23 @@ def main(argv: list[str]) -> int:
         for pq in extract(json.loads(text)):
             print(f"{pq.dashboard}\t{pq.where}\t{pq.ref}\t{pq.expr}")
     return 0
+
+
+def _serve_prometheus(ns: argparse.Namespace) -> int:
+    """Foreground Prometheus next to ``moeperf run``: same paths as the runs, on 127.0.0.1 only."""
+    ns.data.mkdir(parents=True, exist_ok=True)
+    Path(ns.targets_dir).mkdir(parents=True, exist_ok=True)
+    text = render_config(ns.targets_dir, ns.ray_dir, ns.scrape_interval, f"127.0.0.1:{ns.port}")
+    prom = Prometheus(ns.data, text, port=ns.port)
+    prom.start()
+    print(f"Prometheus at {prom.url} (config {prom.config}, log {prom.log}); Ctrl-C stops it", flush=True)
+    try:
+        assert prom.proc is not None
+        return prom.proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        prom.stop()
 
 
 if __name__ == "__main__":

@@ -193,13 +193,14 @@ def ray_row() -> list[object]:
         ts(
             "Ray nodes: CPU",
             "percent",
-            [Query("ray_node_cpu_utilization", "{{instance}}")],
-            "Ray's own node metrics (scraped through Ray's service-discovery file): CPU use per node.",
+            [Query('ray_node_cpu_utilization{ip=~"$node"}', "{{ip}}")],
+            "Ray's own node metrics (scraped through Ray's service-discovery file; label ip = node): CPU use per node, "
+            "not filtered by run (Ray's metrics do not know moeperf runs).",
         ),
         ts(
             "Ray nodes: memory used",
             "bytes",
-            [Query("ray_node_mem_used", "{{instance}}")],
+            [Query('ray_node_mem_used{ip=~"$node"}', "{{ip}}")],
             "Ray's own node metrics: memory used per node.",
         ),
         tab(

@@ -138,8 +138,10 @@ def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, prometheus
         f"{REQUESTS * len(ARMS)} client requests of run {run_id} in Prometheus",
     )
     # The relabel rule of DESIGN.md: vLLM's names keep their colon.
-    assert prom.query(f'count({{__name__=~"vllm:.+", run="{run_id}"}})'), "no vllm:* series"
-    assert not prom.query(f'count({{__name__=~"vllm_.+", run="{run_id}"}})'), "vllm_* names: relabel rule failed"
+    span = {"start": f"{t0:.3f}", "end": f"{t1 + 5:.3f}"}
+    assert prom.api("series", {"match[]": f'{{__name__=~"vllm:.+", run="{run_id}"}}', **span}), "no vllm:* series"
+    vllm_ = prom.api("series", {"match[]": f'{{__name__=~"vllm_.+", run="{run_id}"}}', **span})
+    assert vllm_ == [], "vllm_* names: the relabel rule did not apply"
 
     start, end = t0, t1 + 5
     queries = [q for f in sorted(JSON_DIR.glob("*.json")) for q in extract(json.loads(f.read_text()))]
