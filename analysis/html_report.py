@@ -63,7 +63,7 @@ def _comparison(c: ArmComparison) -> str:
                 _td(fmt.interval(m.ci_rounds), "num"),
                 _td(fmt.p_value(m.mann_whitney_p), "num"),
                 _td(fmt.pct(m.mde_rel), "num"),
-                _td(m.verdict, "verdict v-" + m.verdict.replace(" ", "-")),
+                _td(m.verdict + (f" ({m.note})" if m.note else ""), "verdict v-" + m.verdict.replace(" ", "-")),
             ]
         )
     table = _table(

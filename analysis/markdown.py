@@ -31,7 +31,7 @@ def _comparison(c: ArmComparison) -> list[str]:
         lines.append(
             f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
             f"| {fmt.interval(m.ci_requests)} | {fmt.interval(m.ci_rounds)} | {fmt.p_value(m.mann_whitney_p)} "
-            f"| {fmt.pct(m.mde_rel)} | {VERDICT_MARK[m.verdict]} |"
+            f"| {fmt.pct(m.mde_rel)} | {VERDICT_MARK[m.verdict]}{f' ({m.note})' if m.note else ''} |"
         )
     return lines + [""]
 
