@@ -189,16 +189,32 @@ def _check_night(
     return out
 
 
+COMPARABLE_CONFIG_KEYS = ("model", "engine", "client", "workload", "placement", "rounds")
+"""Config sections that must match for two nights to be compared (a changed workload is not a regression)."""
+
+
+def _comparable_config(config: dict[str, object]) -> dict[str, object]:
+    out = {k: config.get(k) for k in COMPARABLE_CONFIG_KEYS}
+    model = out.get("model")
+    if isinstance(model, dict):
+        out["model"] = {k: v for k, v in model.items() if k != "served_name"}
+    return out
+
+
 def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPolicy | None = None) -> NightlyVerdict:
     """Compare tonight's ``result`` with ``history`` (earlier ok runs, any order; later ones are ignored)."""
     policy = policy or NightlyPolicy()
     if result.status != "ok":
         failed = [f"{a.name}: {a.failure_reason}" for a in result.arms if a.status != "ok"]
         return run_failed_verdict(f"run {result.status}: " + ("; ".join(failed) or "see result"), policy, result)
+    before = [
+        r for r in history if r.status == "ok" and r.run_id != result.run_id and r.started_at <= result.started_at
+    ]
+    mine = _comparable_config(result.config)
     earlier = sorted(
-        (r for r in history if r.status == "ok" and r.run_id != result.run_id and r.started_at <= result.started_at),
-        key=lambda r: (r.started_at, r.run_id),
+        (r for r in before if _comparable_config(r.config) == mine), key=lambda r: (r.started_at, r.run_id)
     )
+    changed = len(before) - len(earlier)
     cache = _NightCache(policy.slo)
     n_checks = max(1, len(result.arms) * len(_metric_indices(policy)))
     z = stats.z_one_sided(1 - policy.alpha / n_checks)
@@ -228,6 +244,8 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     regressions = [t for t in trends if t.regression]
     flagged = [t for t in trends if t.flagged]
     notes = []
+    if changed:
+        notes.append(f"{changed} earlier night(s) ran a different model/engine/workload config: not in the baseline")
     for comp in analysis.comparisons:
         differing = len(comp.with_verdict("regressed")) + len(comp.with_verdict("improved"))
         if comp.kind == "aa" and differing:

@@ -99,3 +99,10 @@ def test_gate_night_writes_report_and_stores_only_ok_nights(tmp_path, calm_histo
     assert failed.exit_code == 2 and len(load_history(hist)[0]) == 7
     missing = gate_night(None, hist, tmp_path / "out3", POLICY, failure="ray job failed")
     assert missing.exit_code == 2 and "ray job failed" in (tmp_path / "out3" / "report.md").read_text()
+
+
+def test_nights_with_a_different_workload_are_not_the_baseline(calm_history):
+    changed = [r.model_copy(update={"config": {**r.config, "workload": {"speedup": 9}}}) for r in calm_history]
+    v = judge_night(night(7, tpot_scale=1.15), changed, POLICY)
+    assert (v.status, v.history_runs) == ("insufficient_history", [])
+    assert any("different" in n for n in v.notes)
