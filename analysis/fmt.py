@@ -20,7 +20,10 @@ def interval(ci: tuple[float, float] | None) -> str:
 
 
 def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:.1f}%"
+    """Relative changes; beyond 1000% the digits say nothing a reader can use."""
+    if x is None:
+        return "n/a"
+    return ">1000%" if x > 10 else f"{x * 100:.1f}%"
 
 
 def p_value(p: float | None) -> str:

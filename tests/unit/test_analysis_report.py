@@ -71,3 +71,12 @@ def test_cli_slo_options_reach_the_goodput(tmp_path):
     out = tmp_path / "o"
     assert main([str(FIXTURE), "--out", str(out), "--slo-ttft-ms", "1", "--bootstrap", "60", "--quiet"]) == 0
     assert "TTFT &lt;= 0.001 s" in (out / "report.html").read_text()
+
+
+def test_numbers_read_as_people_write_them():
+    from analysis import fmt
+
+    assert fmt.value(0.0123, "s") == "12.3 ms" and fmt.value(2.5, "s") == "2.5 s"
+    assert fmt.value(None, "s") == "n/a" and fmt.value(197.4, "tok/s") == "197.4 tok/s"
+    assert fmt.pct(0.0512) == "5.1%" and fmt.pct(46.0) == ">1000%"
+    assert fmt.p_value(3e-7) == "<1e-4" and fmt.interval((0.9, 1.1)) == "[0.900, 1.100]"
