@@ -5,8 +5,8 @@ flight" is a separate cap. The dispatcher sleeps to each intended time, so a slo
 up as latency and as send lag in the records, never as a silently stretched schedule.
 
 asyncio's timers wake up to 1 ms late (epoll takes whole milliseconds, rounded up), so the
-dispatcher sleeps to ``spin_s`` before the intended time and then yields to the loop until it is
-reached: sub-millisecond send lag without starving the streams it is reading.
+dispatcher sleeps coarsely to 2 ms before each intended time and lets a timer thread
+(``workloads.timer``) wake it at the exact time: sub-millisecond send lag without spinning.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from workloads.health import HealthProbe
 from workloads.prompts import request_prompt_ids
 from workloads.records import ErrorKind, RequestRecord
 from workloads.schedule import PlannedRequest
+from workloads.timer import PreciseTimer
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
+COARSE_MARGIN_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,8 @@ class ClientSettings:
     request_timeout_s: float = 600.0
     client: int = 0  # stamped on records: which shard sent them
     round: int = 0  # stamped on records: which round of the experiment
-    spin_s: float = 0.0011  # yield-spin this long before each send: covers epoll's 1 ms rounding; 0: plain sleep
+    precise_timer: bool = True  # wake for each send on a timer thread (µs), not asyncio's 1 ms epoll timers
+    spin_s: float = 0.0  # then yield-spin this long before each send (for an idle, dedicated core)
     connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
 
 
@@ -54,11 +57,18 @@ class _Clock:
     def now_s(self) -> float:
         return time.perf_counter() - self._t0
 
+    def perf_s(self, t_s: float) -> float:
+        """A time of this clock on time.perf_counter()."""
+        return t_s + self._t0
 
-async def sleep_until(clock: _Clock, t_s: float, spin_s: float) -> None:
+
+async def sleep_until(clock: _Clock, t_s: float, spin_s: float, timer: PreciseTimer | None = None) -> None:
+    """Coarse asyncio sleep to 2 ms before ``t_s``, then the precise timer (or a spin) for the rest."""
     delay = t_s - clock.now_s()
-    if delay > spin_s:
-        await asyncio.sleep(delay - spin_s)
+    if delay > COARSE_MARGIN_S:
+        await asyncio.sleep(delay - COARSE_MARGIN_S)
+    if timer is not None and t_s > clock.now_s() + spin_s:
+        await timer.at(clock.perf_s(t_s - spin_s))
     while clock.now_s() < t_s:
         await asyncio.sleep(0)
 
@@ -248,18 +258,19 @@ async def replay(
 
         async def send_chained(req: PlannedRequest, intended_s: float) -> None:
             payload = _payload(s, req)
-            await sleep_until(clock, intended_s, s.spin_s)
+            await sleep_until(clock, intended_s, s.spin_s, timer)
             spawn(run_one(req, intended_s, payload))
 
         async def dispatch() -> None:
             for req in roots:
                 payload = _payload(s, req)  # built before its time, so building it adds no lag
-                await sleep_until(clock, req.send_offset_s, s.spin_s)
+                await sleep_until(clock, req.send_offset_s, s.spin_s, timer)
                 if engine_down.is_set():
                     await not_sent(req, req.send_offset_s)
                     continue
                 spawn(run_one(req, req.send_offset_s, payload))
 
+        timer = PreciseTimer(asyncio.get_running_loop()) if s.precise_timer else None
         if health is not None:
             health.start()
         dispatcher = asyncio.create_task(dispatch())
@@ -271,5 +282,7 @@ async def replay(
             for t in list(tasks):
                 t.cancel()
             await asyncio.gather(dispatcher, *tasks, return_exceptions=True)
+            if timer is not None:
+                timer.close()
             if health is not None:
                 await health.stop(finished)
