@@ -1,0 +1,46 @@
+"""Helpers of the vLLM attachment that do not need a running engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from moe_opt.plugin.gpu import NO_GPU, identify, physical_index
+from moe_opt.plugin.hooks import _flags_labels, _resolve
+from moe_opt.plugin.patches import PatchTargetMissing
+
+
+def test_a_moved_vllm_class_is_a_typed_error() -> None:
+    with pytest.raises(PatchTargetMissing) as e:
+        _resolve("vllm_does_not_have.this_module:WorkerWrapperBase")
+    assert e.value.flag == "instruments" and "vLLM" in str(e.value)
+
+
+def test_the_classes_the_plugin_wraps_exist_in_the_installed_vllm() -> None:
+    pytest.importorskip("vllm")
+    from moe_opt.plugin.hooks import GROUP, WRAPPER
+
+    wrapper = _resolve(WRAPPER)
+    assert callable(wrapper.__dict__["init_device"]) and callable(wrapper.__dict__["execute_model"])
+    assert callable(_resolve(GROUP).__dict__["all_reduce"])
+
+
+def test_physical_gpu_index_follows_cuda_visible_devices() -> None:
+    assert physical_index(1, "4,5,6") == "5"
+    assert physical_index(0, None) == "0"
+    assert physical_index(3, "2") == "3"
+
+
+def test_cpu_device_has_no_gpu_identity() -> None:
+    import torch
+
+    gpu = identify(torch.device("cpu"))
+    assert gpu.index == gpu.uuid == NO_GPU
+
+
+def test_info_labels_of_flags() -> None:
+    assert _flags_labels({"swap_ab": None, "moe_backend": "auto", "no_respecialize": False}) == {
+        "swap_ab": "vllm_default",
+        "moe_backend": "auto",
+        "no_respecialize": "false",
+    }
+    assert _flags_labels({"swap_ab": False, "moe_backend": "triton", "no_respecialize": True})["swap_ab"] == "false"
