@@ -38,6 +38,7 @@ class NightlyPolicy(_Strict):
     consecutive_nights: int = Field(2, ge=1, description="K: nights in a row a flag must hold to fail.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise false-flag level of one night.")
     min_effect: float = Field(0.02, ge=0, description="Smallest relative change vs baseline that can flag.")
+    min_tail_requests: int = Field(10, ge=1, description="Gate a p-quantile only with this many requests beyond it.")
     bootstrap_resamples: int = Field(400, ge=50, description="Bootstrap replicates for tonight's error.")
     seed: int = Field(0, description="Seed of every bootstrap.")
     metrics: list[str] | None = Field(None, description="Metric keys to gate on; null: all of stats.METRICS.")
@@ -155,7 +156,8 @@ def _check_night(
             if logs.size >= 1 and point[j] > 0 and math.isfinite(point[j]):
                 baseline = float(np.exp(np.median(logs)))
                 ratio = point[j] / baseline
-            if ratio is not None and logs.size >= policy.min_history_nights and math.isfinite(se_night[j]):
+            tail_ok = spec.quantile is None or tonight.n * (1 - spec.quantile / 100) >= policy.min_tail_requests
+            if ratio is not None and tail_ok and logs.size >= policy.min_history_nights and math.isfinite(se_night[j]):
                 mad_sd = MAD_TO_SD * float(np.median(np.abs(logs - np.median(logs))))
                 spread = math.exp(mad_sd) - 1
                 se = math.sqrt(se_night[j] ** 2 + mad_sd**2 * (1 + math.pi / (2 * logs.size)))

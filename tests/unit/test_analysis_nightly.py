@@ -106,3 +106,11 @@ def test_nights_with_a_different_workload_are_not_the_baseline(calm_history):
     v = judge_night(night(7, tpot_scale=1.15), changed, POLICY)
     assert (v.status, v.history_runs) == ("insufficient_history", [])
     assert any("different" in n for n in v.notes)
+
+
+def test_tail_quantiles_of_small_nights_are_not_gated(calm_history):
+    small = POLICY.model_copy(update={"metrics": ["tpot_s_p99", "tpot_s_p50"]})
+    v = judge_night(night(7, tpot_scale=1.3), calm_history, small)  # 300 requests: 3 beyond p99
+    checks = {c.metric: c for c in v.checks if c.arm == "baseline"}
+    assert checks["tpot_s_p99"].ci is None and not checks["tpot_s_p99"].flagged
+    assert checks["tpot_s_p50"].flagged
