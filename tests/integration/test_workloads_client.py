@@ -106,7 +106,7 @@ def test_multi_token_chunks_are_timed_per_token():
 
 
 def test_dispatch_follows_the_schedule_never_early_never_drifting():
-    """Sub-millisecond p99 on a quiet machine is measured by bench/client_bench.py, not asserted here."""
+    """How late (p99 under 1 ms?) is measured by bench/client_bench.py, not asserted on a shared machine."""
     rng = np.random.default_rng(0)
     offsets = np.cumsum(rng.exponential(0.01, size=200))
     reqs = [
@@ -116,7 +116,7 @@ def test_dispatch_follows_the_schedule_never_early_never_drifting():
     recs = sorted(asyncio.run(run(chunked, reqs, probe)), key=lambda r: r.index)
     lags = np.array([r.send_lag_ms for r in recs])
     assert lags.min() >= 0  # never early
-    assert np.median(lags) < 2.0 and np.median(lags[-50:]) < 2.0  # not systematically late, no drift
+    assert [r.intended_send_s for r in recs] == [r.send_offset_s for r in reqs]  # lateness is lag, never a new plan
     sends = [r.actual_send_s for r in recs]
     assert sends == sorted(sends)  # schedule order kept
     assert probe.result is not None and probe.result.requests == 200 and probe.result.cpu_percent > 0
@@ -154,3 +154,18 @@ def test_errors_are_classified_records():
     assert recs[2].error_kind == "timeout"
     assert recs[3].error_kind == "http" and recs[3].http_status == 429
     assert not any(r.ok for r in recs.values())
+
+
+async def no_usage(request):
+    """Two chunks of 2 tokens each and no usage at all: counts cannot be exact."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for _ in range(2):
+        await resp.write(sse({"choices": [{"text": "xx"}]}))
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+def test_server_without_usage_is_marked_inexact():
+    (r,) = asyncio.run(run(no_usage, [PlannedRequest(index=0, send_offset_s=0, prompt_tokens=2, max_tokens=4)]))
+    assert r.ok and not r.tokens_exact and r.output_tokens == 2

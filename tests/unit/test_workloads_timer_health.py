@@ -1,0 +1,59 @@
+"""The precise timer never wakes early; the client-bound verdict comes from merged raw records."""
+
+import asyncio
+import time
+
+import numpy as np
+
+from workloads.health import client_bound
+from workloads.records import RequestRecord
+from workloads.timer import PreciseTimer
+
+
+def test_precise_timer_wakes_in_order_and_never_early():
+    async def main():
+        timer = PreciseTimer(asyncio.get_running_loop())
+        try:
+            now = time.perf_counter()
+            deadlines = sorted(now + d for d in np.random.default_rng(0).uniform(0.001, 0.03, size=40))
+            woke = []
+            for d in deadlines:
+                await timer.at(d)
+                woke.append(time.perf_counter())
+            return deadlines, woke
+        finally:
+            timer.close()
+
+    deadlines, woke = asyncio.run(main())
+    assert all(w >= d for d, w in zip(deadlines, woke, strict=True))
+
+
+def _rec(i, client, lag_ms, cap_wait_s=0.0):
+    return RequestRecord(
+        index=i,
+        arm="a",
+        client=client,
+        intended_send_s=1.0,
+        actual_send_s=1.0 + lag_ms / 1000,
+        cap_wait_s=cap_wait_s,
+        prompt_tokens_requested=1,
+        output_tokens_requested=1,
+    )
+
+
+def test_client_bound_uses_merged_records_not_per_client_percentiles():
+    # client 0: 100 records at 0.1 ms; client 1: 5 records at 50 ms. The mean of the clients' p99s
+    # (about 25 ms) is not the p99 of the run; the verdict must use the 105 records together.
+    recs = [_rec(i, 0, 0.1) for i in range(100)] + [_rec(100 + i, 1, 50.0) for i in range(5)]
+    merged_p99 = float(np.percentile([r.send_lag_ms for r in recs], 99))
+    verdict = client_bound(recs, bound_ms=1.0)
+    assert verdict.dispatch_lag_p99_ms == merged_p99
+    per_client_mean = (np.percentile([0.1] * 100, 99) + np.percentile([50.0] * 5, 99)) / 2
+    assert verdict.dispatch_lag_p99_ms != per_client_mean
+    assert verdict.flagged is (merged_p99 > 1.0)
+
+
+def test_waiting_for_the_in_flight_cap_is_not_client_lag():
+    recs = [_rec(i, 0, 40.0, cap_wait_s=0.0399) for i in range(10)]
+    verdict = client_bound(recs, bound_ms=1.0)
+    assert not verdict.flagged and verdict.dispatch_lag_p99_ms < 1.0
