@@ -130,6 +130,14 @@ def _truncate(blocks: tuple[tuple[int, int], ...], total: int) -> tuple[tuple[in
 
 
 def build_schedule(spec: WorkloadSpec, base_dir: Path | None = None) -> Schedule:
+    """The schedule; every problem with the trace or how it is replayed raises TraceFormatError."""
+    try:
+        return _build(spec, base_dir)
+    except ArrivalError as e:  # callers already report TraceFormatError: name the trace with it
+        raise TraceFormatError(getattr(spec.trace, "path", spec.trace.kind), f"workload.arrival: {e}") from None
+
+
+def _build(spec: WorkloadSpec, base_dir: Path | None) -> Schedule:
     loaded = read_trace(spec.trace, base_dir)
     skipped = {k: v for k, v in loaded.skipped.items()}
     rows = loaded.rows

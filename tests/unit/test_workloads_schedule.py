@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workloads.arrivals import ArrivalError, plan_arrivals
+from workloads.arrivals import plan_arrivals
 from workloads.arrivals.closed_loop import ClosedLoopArrivalSpec
 from workloads.arrivals.constant import ConstantArrivalSpec
 from workloads.arrivals.gamma import GammaArrivalSpec
@@ -13,6 +13,7 @@ from workloads.arrivals.ramp import warp
 from workloads.arrivals.trace import TraceArrivalSpec
 from workloads.prompts import block_token_ids, request_prompt_ids
 from workloads.schedule import shard
+from workloads.traces import TraceFormatError
 from workloads.traces.azure import AzureTraceSpec
 from workloads.traces.mooncake import MooncakeTraceSpec
 from workloads.traces.sharegpt import ShareGptTraceSpec
@@ -69,7 +70,7 @@ def test_trace_arrival_target_rate_keeps_shape():
 
 
 def test_trace_without_timestamps_needs_an_arrival_process():
-    with pytest.raises(ArrivalError, match="no timestamps"):
+    with pytest.raises(TraceFormatError, match="sharegpt_sample.json: workload.arrival: this trace has no timestamps"):
         build_schedule(WorkloadSpec(trace=ShareGptTraceSpec()))
     s = build_schedule(WorkloadSpec(trace=ShareGptTraceSpec(), arrival=ConstantArrivalSpec(rate_rps=2)))
     assert [r.send_offset_s for r in s.requests] == [0, 0.5, 1.0, 1.5]
