@@ -53,6 +53,9 @@ def _wiring_missing() -> str | None:
     return None
 
 
+WIRING_MISSING = _wiring_missing()
+
+
 def _allowed(expr: str) -> str | None:
     for name in metric_names(expr):
         for prefix, why in ALLOWED_EMPTY.items():
@@ -101,9 +104,8 @@ def prometheus(tmp_path, ray_tmp):
     prom.stop()
 
 
+@pytest.mark.skipif(WIRING_MISSING is not None, reason=str(WIRING_MISSING))
 def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, prometheus, ray_tmp):
-    if (why := _wiring_missing()) is not None:
-        pytest.skip(why)
     prom, targets = prometheus
     exp = small_experiment(
         tmp_path,
