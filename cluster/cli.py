@@ -20,9 +20,20 @@ def _load(path: str | None, overrides: dict[str, Any]) -> tuple[ExperimentConfig
     return cfg, (Path(path).resolve().parent if path else None)
 
 
+def sigterm_as_interrupt() -> None:
+    """`timeout`, CI runners and `ray job stop` send SIGTERM: clean up exactly as on Ctrl-C."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def cmd_run(ns: argparse.Namespace) -> int:
     from cluster.driver import Driver, RunError, print_result
 
+    sigterm_as_interrupt()
     try:
         cfg, base_dir = _load(ns.experiment, collect_overrides(ns))
         driver = Driver(cfg, base_dir, [Path(sys.argv[0]).name, *sys.argv[1:]])

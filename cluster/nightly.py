@@ -31,9 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cluster.cli import sigterm_as_interrupt
     from cluster.driver import Driver, RunError
 
     ns = build_parser().parse_args(argv)
+    sigterm_as_interrupt()
     policy_args = {"consecutive_nights": ns.consecutive_nights, "baseline_nights": ns.baseline_nights}
     policy = NightlyPolicy(**{k: v for k, v in policy_args.items() if v is not None})
     history = Path(ns.history)

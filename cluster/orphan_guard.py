@@ -9,6 +9,7 @@ Usage: python -m cluster.orphan_guard -- COMMAND...
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,13 +19,22 @@ POLL_S = 1.0
 GRACE_S = 10.0
 
 
+def _term_on_parent_death() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print("usage: python -m cluster.orphan_guard -- COMMAND...", file=sys.stderr)
         return 2
     cmd = argv[argv.index("--") + 1 :]
     parent = os.getppid()
-    child = subprocess.Popen(cmd)
+    # Ray reaps its workers' direct children (this guard) with SIGKILL; the server must not outlive
+    # us then either, so it asks the kernel for SIGTERM when the guard dies (single-threaded here).
+    child = subprocess.Popen(cmd, preexec_fn=_term_on_parent_death)
     signal.signal(signal.SIGTERM, lambda *_: None)  # the group signal reaches the child too; wait for it
     while True:
         code = child.poll()

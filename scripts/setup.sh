@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus chromium fonts-dejavu-core >/dev/null
   # The Debian package starts a system Prometheus on :9090 where systemd runs; tests start their own.
   (systemctl disable --now prometheus 2>/dev/null || service prometheus stop 2>/dev/null) >/dev/null 2>&1 || true
 fi
