@@ -113,3 +113,12 @@ def test_wait_scraped_returns_after_the_next_scrape(metrics):
     assert done == [True]
     metrics.observe(record(), node="n1")
     assert metrics.wait_scraped(timeout_s=0.2) is False  # nothing scraped since: times out
+
+
+def test_readme_table_lists_every_client_metric():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "dashboards" / "README.md").read_text()
+    for name, (kind, _, help_text) in {**METRICS, **RUN_METRICS}.items():
+        assert f"| `{name}` | {kind} |" in readme, name
+        assert help_text in readme, name
