@@ -26,9 +26,11 @@ DASHBOARDS: dict[str, Callable[[], object]] = {
 
 
 def _finish(d: dict[str, Any]) -> dict[str, Any]:
-    """What the SDK leaves out: unique panel ids, the Prometheus annotation fields."""
+    """What the SDK leaves out: unique panel ids, option objects, the Prometheus annotation fields."""
     next_id = 1
     for p in d.get("panels", []):
+        if p.get("type") != "row" and p.get("options") is None:
+            p["options"] = {}  # the SDK writes null for panels given no options; Grafana expects an object
         p["id"] = next_id
         next_id += 1
         for inner in p.get("panels", []):

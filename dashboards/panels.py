@@ -53,7 +53,7 @@ def ts(
 def heat(title: str, unit: str, queries: Sequence[Query], description: str, *, span: int = 12) -> heatmap.Panel:
     """A heatmap of pre-bucketed series: Prometheus ``le`` buckets or one row per series (legend)."""
     p = heatmap.Panel().title(title).description(description).span(span).height(8).datasource(DATASOURCE)
-    p = p.calculate(False).unit(unit)
+    p = p.calculate(False).show_tooltip().unit(unit)
     for t in _targets(queries):
         p = p.with_target(t)
     return p
