@@ -20,6 +20,7 @@ from cluster.client_actor import ClientActor
 from cluster.client_placement import ClientPlacementError, client_nodes
 from cluster.config import ArmSpec, EngineSpec, ExperimentConfig
 from cluster.engine import Device, EngineActor
+from cluster.engine_metrics import COMPILES, compiles_in_window, parse_samples, window_delta
 from cluster.placement import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
 from cluster.server_process import EngineStartError
 from moe_opt.flags import cpu_effect_note
@@ -52,6 +53,7 @@ class ArmRunner:
         on_records: Callable[[str, int], None],
     ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
+        self.run_id = run_dir.name
         self.flags = cfg.arm_flags(arm)
         self.requests, self.on_records = requests, on_records
         self.records: list[RequestRecord] = []
@@ -62,6 +64,9 @@ class ArmRunner:
         self.engine: Any = None
         self.clients: list[Any] = []
         self.client_nodes: list[str] = []
+        self.window_metrics: dict[str, float] = {}
+        self.metrics_seen = False
+        self._all_series: set[str] = set()
         self.info: EngineInfo | None = None
         self.failure: tuple[str, str | None] | None = None
         self.lock = threading.Lock()
@@ -102,7 +107,15 @@ class ArmRunner:
                     max_concurrency=2,  # stop() must be able to run while start() is still waiting
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=0),
                 )
-                .remote(self.arm.name, self.flags, self.cfg.model, self._engine_spec(), self.engine_device, gpu_ids)
+                .remote(
+                    self.run_id,
+                    self.arm.name,
+                    self.flags,
+                    self.cfg.model,
+                    self._engine_spec(),
+                    self.engine_device,
+                    gpu_ids,
+                )
             )
             self.info = ray.get(self.engine.start.remote())
             ray.get(self.engine.warmup.remote(self.cfg.client.warmup_requests))
@@ -157,6 +170,7 @@ class ArmRunner:
         kill_client_after = chaos.kill_client_after_records.get(self.arm.name) if chaos else None
         received_this_round = [0]
         out = self.records_path.open("a")
+        before = parse_samples(ray.get(self.engine.metrics_text.remote()))
 
         def consume(i: int) -> None:
             nonlocal kill_engine_after, kill_client_after
@@ -215,6 +229,12 @@ class ArmRunner:
                 t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
         out.close()
         self.rounds_done += 1
+        after = parse_samples(ray.get(self.engine.metrics_text.remote()))
+        self._all_series.update(after)
+        if after:
+            for k, v in window_delta(before, after).items():
+                self.window_metrics[k] = self.window_metrics.get(k, 0.0) + v
+            self.metrics_seen = True
         lost = [s for s in self.shards if s.round == round_index and s.status == "lost"]
         if lost:
             missing = sum(s.planned - s.received for s in lost)
@@ -245,6 +265,12 @@ class ArmRunner:
         release(self.pg)
         self.pg = None
 
+    def _compiles(self) -> int | None:
+        """None when the engine exports no compile counter (no plugin), rather than a misleading 0."""
+        if not self.metrics_seen or not any(k.startswith(COMPILES) for k in self._all_series):
+            return None
+        return compiles_in_window(self.window_metrics)
+
     # --- result --------------------------------------------------------------------------------
     def result(self, interrupted: bool = False) -> ArmResult:
         with self.lock:
@@ -272,6 +298,8 @@ class ArmRunner:
             summary=summarize(records) if records else None,
             rounds=self.rounds_done,
             shards=shards,
+            window_metrics=dict(sorted(self.window_metrics.items())),
+            triton_compiles_in_window=self._compiles(),
             records_file=str(self.records_path.relative_to(self.run_dir)),
             records=records,
         )

@@ -65,6 +65,9 @@ class EngineSpec(Strict):
         description="Address the server binds: loopback keeps clients on the engine's node; 'node-ip' binds the "
         "node's Ray address so client actors on other nodes can reach it.",
     )
+    fresh_triton_cache: bool = Field(
+        False, description="Give every engine an empty TRITON_CACHE_DIR, so each arm pays its own JIT compiles."
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
 import tempfile
 import urllib.request
@@ -105,6 +106,7 @@ class EngineActor:
 
     def __init__(
         self,
+        run_id: str,
         arm: str,
         flags: OptimizationFlags,
         model: ModelSpec,
@@ -112,7 +114,7 @@ class EngineActor:
         device: Device,
         gpu_ids: list[str],
     ) -> None:
-        self.arm, self.flags, self.model, self.engine = arm, flags, model, engine
+        self.run_id, self.arm, self.flags, self.model, self.engine = run_id, arm, flags, model, engine
         self.device, self.gpu_ids = device, gpu_ids
         self.server: ServerProcess | None = None
         self.log_dir = Path(tempfile.mkdtemp(prefix=f"moeperf-engine-{arm}-"))
@@ -120,10 +122,26 @@ class EngineActor:
     def _host(self) -> str:
         return ray.util.get_node_ip_address() if self.engine.host == "node-ip" else self.engine.host
 
+    def _engine_env(self) -> dict[str, str]:
+        """Labels for the worker plugin, a private metrics dir per engine and, if asked, a cold Triton cache."""
+        env = server_env(self.engine, self.flags, self.device, self.gpu_ids)
+        metrics_dir = self.log_dir / "prometheus"
+        metrics_dir.mkdir(exist_ok=True)
+        env |= {
+            "MOEPERF_ARM": self.arm,
+            "MOEPERF_RUN_ID": self.run_id,
+            "MOEPERF_ENGINE": f"{self.run_id}/{self.arm}",
+            "MOEPERF_NODE": platform.node(),
+            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        }
+        if self.engine.fresh_triton_cache:
+            env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-", dir=self.log_dir)
+        return env
+
     def start(self) -> EngineInfo:
         model_path = resolve_model_path(self.model)
         host = self._host()
-        env_set = server_env(self.engine, self.flags, self.device, self.gpu_ids)
+        env_set = self._engine_env()
         last_error: EngineStartError | None = None
         for attempt in range(PORT_ATTEMPTS):
             port = free_port(host)
@@ -180,6 +198,16 @@ class EngineActor:
         req = urllib.request.Request(f"{self.server.url}/reset_prefix_cache", data=b"", method="POST")
         with urllib.request.urlopen(req, timeout=60) as r:
             r.read()
+
+    def metrics_text(self) -> str:
+        """The engine's /metrics (vLLM's own and, through its multiprocess dir, the plugin's); '' if down."""
+        if self.server is None:
+            return ""
+        try:
+            with urllib.request.urlopen(f"{self.server.url}/metrics", timeout=30) as r:
+                return str(r.read().decode())
+        except OSError:
+            return ""
 
     def poll(self) -> int | None:
         return None if self.server is None else self.server.poll()

@@ -75,6 +75,13 @@ class ArmResult(_Model):
         description="Client-bound check: merged p99 dispatch lag of this arm's records against the bound; "
         "null when not checked.",
     )
+    window_metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="Growth of the engine's counters/histogram sums during the measured replay (all rounds).",
+    )
+    triton_compiles_in_window: int | None = Field(
+        None, description="Triton JIT compilations while requests were being measured; null if not exported."
+    )
     records_file: str = Field(
         description="JSON Lines file (relative to the run folder), appended as requests finished."
     )

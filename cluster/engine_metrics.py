@@ -1,0 +1,39 @@
+"""What the engine itself counted during the measured window: a scrape before and after each replay.
+
+Counters and histogram sums only grow, so after-minus-before is exactly what happened while the
+clients were sending: e.g. Triton compilations that stalled real requests, as opposed to the ones
+vLLM did during its own start-up and warm-up.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
+COMPILES = "moeperf_triton_compiles_total"
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """``name{label="v",...}`` -> value for the counters and histogram sums/counts worth a delta."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.type not in ("counter", "histogram") or not fam.name.startswith(KEEP_PREFIXES):
+            continue
+        for s in fam.samples:
+            if fam.type == "histogram" and not s.name.endswith(("_sum", "_count")):
+                continue
+            if s.name.endswith("_created"):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = float(s.value)
+    return out
+
+
+def window_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Non-zero growth per series; a series born during the window counts from zero."""
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {k: v for k, v in delta.items() if v != 0.0}
+
+
+def compiles_in_window(delta: dict[str, float]) -> int:
+    return int(sum(v for k, v in delta.items() if k.startswith(COMPILES + "{")))
