@@ -77,6 +77,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> PluginSettings | 
         raise PluginConfigError(f"{FLAGS_ENV} or {EXTRA_NO_RESPECIALIZE_ENV} is not JSON: {e}") from e
     if not isinstance(flags, dict) or not isinstance(extra, dict):
         raise PluginConfigError(f"{FLAGS_ENV} and {EXTRA_NO_RESPECIALIZE_ENV} must be JSON objects")
+    # Kernels the experiment lists besides vLLM's fused_moe_kernel: {"module:kernel": [arg, ...]}, from the
+    # arm's flags (field no_respecialize_kernels, when OptimizationFlags has it) or the separate variable.
+    listed = flags.get("no_respecialize_kernels") or {}
+    if not isinstance(listed, dict):
+        raise PluginConfigError(f"{FLAGS_ENV}: no_respecialize_kernels must be an object")
+    extra = {**listed, **extra}
     port = env.get(METRICS_PORT_ENV)
     return PluginSettings(
         flags=flags,

@@ -50,6 +50,12 @@ def test_settings_from_an_engine_env() -> None:
     assert s.extra_no_respecialize == {"m:k": ["num_tokens"]}
 
 
+def test_listed_kernels_come_from_the_flags_too() -> None:
+    flags = {"swap_ab": None, "moe_backend": "auto", "no_respecialize": True, "no_respecialize_kernels": {"a:k": ["n"]}}
+    s = load_settings({FLAGS_ENV: json.dumps(flags)})
+    assert s is not None and s.extra_no_respecialize == {"a:k": ["n"]}
+
+
 @pytest.mark.parametrize(
     "env",
     [{FLAGS_ENV: "{not json"}, {FLAGS_ENV: "[]"}, {FLAGS_ENV: "{}", "MOEPERF_TEST_RANK_DELAY": "1"}],
