@@ -40,13 +40,12 @@ def sim_cluster():
         head_node_args={
             "num_cpus": 1,
             "num_gpus": 0,
-            "node_ip_address": "127.0.0.1",
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": dash_port,
         },
     )
-    workers = [cluster.add_node(node_ip_address="127.0.0.1", **GPU_NODE) for _ in range(2)]
+    workers = [cluster.add_node(**GPU_NODE) for _ in range(2)]
     ray.init(address=cluster.address)
     try:
         yield cluster, [w.node_id for w in workers], f"http://127.0.0.1:{dash_port}"
