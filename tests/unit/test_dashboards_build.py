@@ -135,7 +135,7 @@ def test_prometheus_config_has_the_jobs_and_the_vllm_relabel_rule():
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
     assert {"moeperf-engines", "moeperf-plugin", "moeperf-client", "ray"} <= set(jobs)
     assert jobs["ray"]["file_sd_configs"][0]["files"] == ["/tmp/ray/prom_metrics_service_discovery.json"]
-    (rule,) = jobs["moeperf-engines"]["metric_relabel_configs"]
+    rule = jobs["moeperf-engines"]["metric_relabel_configs"][0]
     assert (rule["source_labels"], rule["regex"], rule["target_label"], rule["replacement"]) == (
         ["__name__"], "vllm_(.+)", "__name__", "vllm:$1",
     )  # fmt: skip
