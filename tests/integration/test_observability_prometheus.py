@@ -145,7 +145,9 @@ def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, prometheus
     vllm_ = prom.api("series", {"match[]": f'{{__name__=~"vllm_.+", run="{run_id}"}}', **span})
     assert vllm_ == [], "vllm_* names: the relabel rule did not apply"
     # The targets file's run/arm/node win over the plugin's own labels (host name kept as host).
-    engine_nodes = {s["node"] for s in prom.api("series", {"match[]": f'up{{job="moeperf-engines", run="{run_id}"}}', **span})}
+    engine_nodes = {
+        s["node"] for s in prom.api("series", {"match[]": f'up{{job="moeperf-engines", run="{run_id}"}}', **span})
+    }
     info = prom.api("series", {"match[]": f'moeperf_plugin_info{{run="{run_id}"}}', **span})
     assert info and {s["arm"] for s in info} == set(ARMS), info
     assert all(s["node"] in engine_nodes and s.get("host") and "exported_node" not in s for s in info), info
