@@ -88,6 +88,13 @@ SPECS: tuple[MetricSpec, ...] = (
         "Host time this rank spent inside vLLM collectives (all-reduce, all-gather, ...) during model steps.",
     ),
     MetricSpec(
+        "moeperf_plugin_overhead_seconds_total",
+        "counter",
+        RANK_LABELS,
+        "Host time the plugin's own per-step bookkeeping took on this rank (its instrument cost; compare "
+        "with the sum of moeperf_rank_step_seconds).",
+    ),
+    MetricSpec(
         "moeperf_triton_compiles_total",
         "counter",
         (*RANK_LABELS, "kernel", "during"),

@@ -42,6 +42,8 @@ class RankInstruments:
         self._step = {p: buf.histogram(step.labels(*lv, p)) for p in ("prefill", "decode", "mixed")}
         self._stall = buf.histogram(metrics.get("moeperf_rank_sync_stall_seconds").labels(*lv))
         self._coll = buf.counter(metrics.get("moeperf_rank_collective_seconds_total").labels(*lv))
+        self._overhead = buf.counter(metrics.get("moeperf_plugin_overhead_seconds_total").labels(*lv))
+        self._begin_s = 0.0
         self._skew = (
             buf.histogram(
                 metrics.get("moeperf_step_skew_seconds").labels(labels["engine"], labels["arm"], labels["node"])
@@ -65,6 +67,7 @@ class RankInstruments:
         if plan.phase is None:
             return
         self._open = (t0, plan)
+        self._begin_s = time.perf_counter() - t0
         if self.delay_s:
             time.sleep(self.delay_s)  # test-only: MOEPERF_TEST_RANK_DELAY
 
@@ -91,12 +94,13 @@ class RankInstruments:
             self._stall.observe(0.0)
             if self._skew is not None:
                 self._skew.observe(0.0)
-            return
-        self.ring.write(self.step_index, t0, wall - coll, coll)
-        for s in self.ring.resolve():
-            self._stall.observe(s.stall_s)
-            if self._skew is not None:
-                self._skew.observe(s.skew_s)
+        else:
+            self.ring.write(self.step_index, t0, wall - coll, coll)
+            for s in self.ring.resolve():
+                self._stall.observe(s.stall_s)
+                if self._skew is not None:
+                    self._skew.observe(s.skew_s)
+        self._overhead.inc(self._begin_s + time.perf_counter() - t1)
 
     def flush(self) -> None:
         """Write buffered observations to prometheus_client now (hooks.py runs this every 0.5 s)."""

@@ -40,6 +40,7 @@ def test_single_rank_steps_ttft_and_zero_stall() -> None:
     inst.end()
     inst.flush()
     assert value(reg, "moeperf_rank_ttft_seconds_count") == 1
+    assert value(reg, "moeperf_plugin_overhead_seconds_total") > 0
     assert value(reg, "moeperf_rank_step_seconds_count", phase="prefill") == 1
     assert value(reg, "moeperf_rank_step_seconds_count", phase="decode") == 1
     assert value(reg, "moeperf_rank_sync_stall_seconds_sum") == 0.0
