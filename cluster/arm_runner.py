@@ -7,6 +7,7 @@ other arm's results with it. Records are appended to disk the moment they reach 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from cluster.placement import PlacementError, arm_bundles, bundle_gpu_ids, relea
 from cluster.server_process import EngineStartError
 from moe_opt.flags import cpu_effect_note
 from workloads.client import ClientSettings
+from workloads.health import ClientHealth, client_bound
 from workloads.metrics import summarize
 from workloads.records import RequestRecord
 from workloads.results import ArmResult, EngineInfo, ShardResult
@@ -58,6 +60,7 @@ class ArmRunner:
         self.requests, self.on_records = requests, on_records
         self.records: list[RequestRecord] = []
         self.shards: list[ShardResult] = []
+        self.client_health: list[ClientHealth] = []
         self.rounds_done = 0
         self.records_path = run_dir / "records" / f"{arm.name}.jsonl"
         self.pg: Any = None
@@ -165,6 +168,8 @@ class ArmRunner:
         )
         self.records_path.parent.mkdir(parents=True, exist_ok=True)
         n = len(self.clients)
+        cap = self.cfg.client.max_in_flight
+        per_client_cap = None if cap is None else max(1, -(-cap // n))  # the cap is per arm, split over clients
         chaos = self.cfg.chaos if round_index == 0 else None
         kill_engine_after = chaos.kill_engine_after_records.get(self.arm.name) if chaos else None
         kill_client_after = chaos.kill_client_after_records.get(self.arm.name) if chaos else None
@@ -187,7 +192,11 @@ class ArmRunner:
             gen = (
                 self.clients[i]
                 .replay.options(num_returns="streaming")
-                .remote([r.model_dump() for r in part], settings, start_epoch_s)
+                .remote(
+                    [r.model_dump() for r in part],
+                    dataclasses.replace(settings, client=i, round=round_index, max_in_flight=per_client_cap),
+                    start_epoch_s,
+                )
             )
             try:
                 for ref in gen:
@@ -218,8 +227,17 @@ class ArmRunner:
             except Exception as e:  # a bug in the client must fail the arm loudly, not vanish with the thread
                 result.status = "lost"
                 result.error = f"client failed: {_reason(e)[0]}"
+            health = None
+            if result.status == "ok":
+                try:
+                    h = ray.get(self.clients[i].health.remote(), timeout=30)
+                    health = ClientHealth.model_validate({**h, "node_id": self.client_nodes[i]}) if h else None
+                except RayError:
+                    health = None
             with self.lock:
                 self.shards.append(result)
+                if health is not None:
+                    self.client_health.append(health)
 
         threads = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(n)]
         for t in threads:
@@ -298,6 +316,8 @@ class ArmRunner:
             summary=summarize(records) if records else None,
             rounds=self.rounds_done,
             shards=shards,
+            client_health=list(self.client_health),
+            client_bound=client_bound(records, self.cfg.client.max_dispatch_lag_p99_ms) if records else None,
             window_metrics=dict(sorted(self.window_metrics.items())),
             triton_compiles_in_window=self._compiles(),
             records_file=str(self.records_path.relative_to(self.run_dir)),

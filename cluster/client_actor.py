@@ -11,12 +11,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from workloads.client import ClientSettings, replay
+from workloads.health import HealthProbe
 from workloads.schedule import PlannedRequest
 
 
 class ClientActor:
+    def __init__(self) -> None:
+        self._health: dict[str, Any] | None = None
+
     async def ready(self) -> bool:
         return True
+
+    async def health(self) -> dict[str, Any] | None:
+        """Event-loop lag and CPU of the last replay (a ClientHealth as a dict); None before one ends."""
+        return self._health
 
     async def replay(
         self, requests: list[dict[str, Any]], settings: ClientSettings, start_epoch_s: float
@@ -24,12 +32,14 @@ class ClientActor:
         """Yield batches of finished records (as dicts); a batch is whatever finished since the last."""
         planned = [PlannedRequest.model_validate(r) for r in requests]
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        probe = HealthProbe(client=settings.client)
 
         async def pump() -> None:
             try:
-                async for rec in replay(planned, settings, start_epoch_s):
+                async for rec in replay(planned, settings, start_epoch_s, health=probe):
                     await queue.put(rec.model_dump())
             finally:
+                self._health = probe.result.model_dump() if probe.result is not None else None
                 await queue.put(None)
 
         task = asyncio.create_task(pump())

@@ -76,6 +76,12 @@ class ClientSpec(Strict):
     max_in_flight: int | None = Field(None, ge=1, description="Cap on requests in flight per arm; null: no cap.")
     request_timeout_s: float = Field(600.0, gt=0, description="A request not finished after this is failed.")
     warmup_requests: int = Field(2, ge=0, description="Requests sent to each engine before the measured replay.")
+    max_dispatch_lag_p99_ms: float = Field(
+        1.0,
+        gt=0,
+        description="Flag an arm as client-bound when the p99 of its records' dispatch lag (actual minus intended "
+        "send time, without in-flight-cap waits; merged over every client actor) exceeds this.",
+    )
     actors_per_arm: int = Field(
         1, ge=1, description="Client actors per arm; each replays a round-robin shard of the schedule."
     )

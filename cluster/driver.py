@@ -55,7 +55,8 @@ def plan(cfg: ExperimentConfig, base_dir: Path | None) -> Schedule:
         raise RunError(
             f"workload: {len(too_long)} request(s) need more than model.max_model_len={cfg.model.max_model_len} "
             f"tokens (first: #{r.index}, {r.prompt_tokens} prompt + {r.max_tokens} output); lower "
-            "workload.input_scale/output_scale or set workload.max_input_tokens/max_output_tokens"
+            "workload.input_scale/output_scale, set workload.max_input_tokens/max_output_tokens, or set "
+            "workload.max_model_len to clip to the context (clips are counted in the result)"
         )
     return schedule
 
@@ -218,6 +219,8 @@ class Driver:
                 duration_s=schedule.duration_s,
                 clipped_input=schedule.clipped_input,
                 clipped_output=schedule.clipped_output,
+                clipped_context=schedule.clipped_context,
+                skipped=schedule.skipped,
             ),
             arms=arms,
             notes=notes,

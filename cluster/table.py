@@ -26,6 +26,15 @@ def _rows(a: ArmResult) -> list[tuple[str, str]]:
             rows.append((f"{label} {q} (ms)", _ms(getattr(d, q) if d else None)))
     rows.append(("requests/s", f"{s.requests_per_s:.2f}" if s else "-"))
     rows.append(("output tokens/s", f"{s.output_tokens_per_s:.1f}" if s else "-"))
+    cb = a.client_bound
+    rows.append(
+        (
+            "client-bound",
+            ("YES" if cb.flagged else "no") + f" (p99 dispatch lag {cb.dispatch_lag_p99_ms:.2f} ms)"
+            if cb and cb.dispatch_lag_p99_ms is not None
+            else "-",
+        )
+    )
     rows.append(("send lag p99 (ms)", f"{s.send_lag_ms.p99:.1f}" if s and s.send_lag_ms.p99 is not None else "-"))
     return rows
 
