@@ -125,8 +125,8 @@ class EngineActor:
     def _engine_env(self) -> dict[str, str]:
         """Labels for the worker plugin, a private metrics dir per engine and, if asked, a cold Triton cache."""
         env = server_env(self.engine, self.flags, self.device, self.gpu_ids)
-        metrics_dir = self.log_dir / "prometheus"
-        metrics_dir.mkdir(exist_ok=True)
+        # vLLM sums every .db file in this dir: a fresh one per server start, so a failed attempt counts nothing.
+        metrics_dir = Path(tempfile.mkdtemp(prefix="prometheus-", dir=self.log_dir))
         env |= {
             "MOEPERF_ARM": self.arm,
             "MOEPERF_RUN_ID": self.run_id,
@@ -141,9 +141,9 @@ class EngineActor:
     def start(self) -> EngineInfo:
         model_path = resolve_model_path(self.model)
         host = self._host()
-        env_set = self._engine_env()
         last_error: EngineStartError | None = None
         for attempt in range(PORT_ATTEMPTS):
+            env_set = self._engine_env()
             port = free_port(host)
             argv = server_argv(self.model, model_path, self.engine, self.flags, self.device, host, port)
             log_path = self.log_dir / f"server-{attempt}.log"

@@ -51,8 +51,18 @@ class OptimizationFlags(BaseModel):
         ),
     )
 
+    no_respecialize_kernels: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "More Triton kernels, 'module:kernel' -> batch-dependent int argument names, that no_respecialize "
+            "marks do_not_specialize (each checked at engine start)."
+        ),
+    )
+
     @model_validator(mode="after")
     def _reject_meaningless(self) -> OptimizationFlags:
+        if self.no_respecialize_kernels and not self.no_respecialize:
+            raise UnsupportedFlagCombination("no_respecialize_kernels needs no_respecialize: true")
         triton_only = [s for s in TRITON_KERNEL_SWITCHES if getattr(self, s) not in (None, False)]
         if triton_only and self.moe_backend not in ("auto", "triton"):
             raise UnsupportedFlagCombination(

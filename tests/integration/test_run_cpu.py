@@ -31,7 +31,12 @@ def test_two_arms_every_request_measured(tmp_path):
         assert arm["engine"]["device"] == "cpu" and arm["engine"]["vllm_version"].startswith("0.32")
         assert arm["summary"]["ttft_s"]["p50"] > 0
     flagged = res["arms"][1]
-    assert flagged["flags"] == {"swap_ab": True, "moe_backend": "triton", "no_respecialize": True}
+    assert flagged["flags"] == {
+        "swap_ab": True,
+        "moe_backend": "triton",
+        "no_respecialize": True,
+        "no_respecialize_kernels": {},
+    }
     assert flagged["flags_applied"] is False and "change nothing in the kernels" in flagged["notes"][0]
     assert "change nothing in the kernels" in r.stdout
     assert "TTFT p99 (ms)" in r.stdout
