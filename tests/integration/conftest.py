@@ -75,8 +75,13 @@ def vllm_servers(marker: str) -> list[psutil.Process]:
 
 
 def moeperf_run(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
+    return moeperf("run", *args, timeout=timeout, **kw)
+
+
+def moeperf(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess with a clean environment, from the repo root."""
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "run", *args],
+        [sys.executable, "-m", "cluster.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -6,31 +6,15 @@ timestamps, HTTP errors, a server that goes away, and one record per planned req
 
 import asyncio
 import json
-import socket
 
 import pytest
 from aiohttp import web
 
+from tests.integration.fake_openai import loopback_port, serve
 from workloads.client import NOT_SENT_ENGINE_DOWN, ClientSettings, replay
 from workloads.schedule import PlannedRequest
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _serve(handler):
-    app = web.Application()
-    app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
 
 
 async def streaming_handler(request):
@@ -58,7 +42,7 @@ async def collect(reqs, s):
 
 def test_every_token_timed_and_usage_recorded():
     async def main():
-        runner, url = await _serve(streaming_handler)
+        runner, url = await serve(streaming_handler)
         try:
             reqs = [
                 PlannedRequest(index=i, send_offset_s=0.01 * i, prompt_tokens=5 + i, max_tokens=4) for i in range(5)
@@ -79,7 +63,7 @@ def test_every_token_timed_and_usage_recorded():
 
 def test_http_error_is_recorded_not_raised():
     async def main():
-        runner, url = await _serve(streaming_handler)
+        runner, url = await serve(streaming_handler)
         try:
             reqs = [PlannedRequest(index=0, send_offset_s=0, prompt_tokens=3, max_tokens=99)]
             return await collect(reqs, settings(url))
@@ -91,7 +75,7 @@ def test_http_error_is_recorded_not_raised():
 
 
 def test_dead_server_yields_one_record_per_request_and_stops_sending():
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens here
+    url = f"http://127.0.0.1:{loopback_port()}"  # nothing listens here
     reqs = [PlannedRequest(index=i, send_offset_s=0.05 * i, prompt_tokens=3, max_tokens=2) for i in range(6)]
     recs = asyncio.run(collect(reqs, settings(url)))
     assert sorted(r.index for r in recs) == list(range(6))

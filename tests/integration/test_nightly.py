@@ -4,23 +4,13 @@ import json
 
 import pytest
 
-from tests.integration.conftest import REPO, clean_env, served_name_for
+from tests.integration.conftest import REPO, moeperf, served_name_for
 
 pytestmark = [pytest.mark.integration]
 
 
 def nightly(*args, timeout=900):
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "nightly", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=clean_env(),
-        cwd=REPO,
-    )
+    return moeperf("nightly", *args, timeout=timeout)
 
 
 def test_a_run_that_cannot_start_exits_2_and_stores_nothing(tmp_path):

@@ -2,26 +2,20 @@
 against a real `ray start --head` (token authentication on, as Ray 2.60 defaults)."""
 
 import json
-import socket
 import subprocess
 
 import pytest
 
 from tests.integration.conftest import REPO, clean_env, served_name_for
+from tests.integration.fake_openai import loopback_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def ray_head(tmp_path):
     env = clean_env() | {"RAY_AUTH_MODE": "token"}
-    gcs_port, dash_port = _free_port(), _free_port()
+    gcs_port, dash_port = loopback_port(), loopback_port()
     subprocess.run(
         [
             "ray",

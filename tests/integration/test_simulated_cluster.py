@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -18,23 +17,18 @@ from ray.util import placement_group_table
 from cluster.config import parse_experiment
 from cluster.driver import Driver
 from tests.integration.conftest import served_name_for
+from tests.integration.fake_openai import loopback_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GPU_NODE = {"num_cpus": 2, "num_gpus": 8, "resources": {"accelerator_type:H200": 1}}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sim_cluster():
     # The kernel tests put Triton in interpreter mode for this process; the cluster's workers must not inherit it.
     saved = os.environ.pop("TRITON_INTERPRET", None)
-    dash_port = _free_port()
+    dash_port = loopback_port()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={

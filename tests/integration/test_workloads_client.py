@@ -6,13 +6,13 @@ send accuracy, token-exact timing of multi-token chunks, chained sends, and erro
 
 import asyncio
 import json
-import socket
 import time
 
 import numpy as np
 import pytest
 from aiohttp import web
 
+from tests.integration.fake_openai import serve
 from workloads.client import ClientSettings, replay
 from workloads.health import HealthProbe, client_bound
 from workloads.schedule import PlannedRequest
@@ -21,22 +21,6 @@ pytestmark = pytest.mark.integration
 
 CHUNK_GAP_S = 0.02
 CHUNK_SIZES = (1, 3, 2)  # tokens per SSE chunk
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _serve(handler):
-    app = web.Application()
-    app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
 
 
 def sse(obj) -> bytes:
@@ -83,7 +67,7 @@ def settings(url, **kw):
 
 
 async def run(handler, reqs, probe=None, **kw):
-    runner, url = await _serve(handler)
+    runner, url = await serve(handler)
     try:
         start = time.time() + 0.2  # a common start in the near future, as the driver sets it
         return [r async for r in replay(reqs, settings(url, **kw), start, health=probe)]

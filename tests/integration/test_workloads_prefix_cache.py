@@ -15,6 +15,7 @@ import pytest
 
 from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
 from tests.integration.conftest import clean_env, served_name_for
+from tests.integration.fake_openai import loopback_port
 from workloads.client import ClientSettings, replay
 from workloads.traces.mooncake import MooncakeTraceSpec
 from workloads.workload import WorkloadSpec, build_schedule
@@ -22,14 +23,6 @@ from workloads.workload import WorkloadSpec, build_schedule
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HITS = re.compile(r"^vllm:prefix_cache_hits_total\{[^}]*\}\s+([0-9.e+]+)$", re.M)
-
-
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str) -> str:
@@ -44,7 +37,7 @@ def prefix_cache_hits(base: str) -> float:
 @pytest.fixture
 def engine(tmp_path):
     model = ensure_tiny_model(TinyMoeSpec())
-    port, name = _free_port(), served_name_for(tmp_path)
+    port, name = loopback_port(), served_name_for(tmp_path)
     argv = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy",
