@@ -53,11 +53,13 @@ class ArmRunner:
         run_dir: Path,
         requests: list[PlannedRequest],
         on_records: Callable[[str, int], None],
+        observe: Callable[[RequestRecord, str], None] | None = None,
     ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
         self.run_id = run_dir.name
         self.flags = cfg.arm_flags(arm)
         self.requests, self.on_records = requests, on_records
+        self.observe = observe  # per finished record, with the Ray node id of the client actor that sent it
         self.records: list[RequestRecord] = []
         self.shards: list[ShardResult] = []
         self.client_health: list[ClientHealth] = []
@@ -216,6 +218,9 @@ class ArmRunner:
                             kill_engine_after = None
                         if kill_client:
                             kill_client_after = None
+                    if self.observe is not None:
+                        for rec in batch:
+                            self.observe(rec, self.client_nodes[i])
                     self.on_records(self.arm.name, len(batch))
                     if kill_engine:
                         ray.get(self.engine.kill_server.remote())

@@ -135,6 +135,37 @@ class SimulationSpec(Strict):
     engine_tensor_parallel_size: int = Field(1, ge=1, description="TP of that CPU engine.")
 
 
+class MetricsSpec(Strict):
+    """Prometheus export of a run (dashboards/README.md): engine targets and the harness's client metrics."""
+
+    enabled: bool = Field(
+        True,
+        description="Write Prometheus file_sd targets for the run's engines and serve the client metrics from the "
+        "driver (moeperf_client_*).",
+    )
+    targets_dir: Path = Field(
+        Path("/tmp/moeperf/prometheus"),
+        description="Where the run writes its targets files (engines-<run>.json, client-<run>.json); "
+        "dashboards/prometheus/prometheus.yml reads them from here.",
+    )
+    listen_host: str = Field(
+        "127.0.0.1",
+        description="Address of the driver's client-metrics endpoint; 'node-ip' binds the driver node's Ray address "
+        "(for a Prometheus on another node).",
+    )
+    ray_dashboard: bool = Field(
+        False,
+        description="Start Ray's dashboard with a private local Ray, so that Ray writes its Prometheus "
+        "service-discovery file (Ray's own metrics); a cluster's Ray has it already.",
+    )
+    final_scrape_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="At the end of a run wait up to this long for Prometheus to scrape the final client counts "
+        "(no wait when nothing ever scraped the endpoint).",
+    )
+
+
 def _default_arms() -> list[ArmSpec]:
     return [
         ArmSpec(name="baseline"),
@@ -178,6 +209,7 @@ class ExperimentConfig(Strict):
         description="Rounds. interleaved: arms run A B B A ... on the same resources, a fresh engine each turn; "
         "parallel: engines stay up and the prefix cache is reset and health checked between rounds.",
     )
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus export of the run.")
     chaos: ChaosSpec = Field(default_factory=ChaosSpec, description="Fault injection (tests only).")
     simulate: SimulationSpec = Field(
         default_factory=SimulationSpec, description="Simulated-cluster test setting (see SimulationSpec)."

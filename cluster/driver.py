@@ -17,11 +17,15 @@ import ray
 import yaml
 from tqdm import tqdm
 
+from analysis.slo import slo_from_config
 from cluster.arm_runner import ArmRunner
+from cluster.client_metrics import ClientMetrics, node_label
 from cluster.config import ConfigError, ExperimentConfig
 from cluster.engine import Device
 from cluster.environment import node_environment
+from cluster.prom_targets import TargetsFile
 from cluster.table import arm_table
+from workloads.records import RequestRecord
 from workloads.results import RunResult, ScheduleInfo
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
@@ -69,7 +73,7 @@ def connect_ray(cfg: ExperimentConfig) -> bool:
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
         return False
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", include_dashboard=cfg.metrics.ray_dashboard, logging_level=logging.WARNING)
     return True
 
 
@@ -99,6 +103,9 @@ class Driver:
         self.started_at = _utc_now()
         self.bars: dict[str, tqdm] = {}
         self.bar_lock = threading.Lock()
+        self.client_metrics: ClientMetrics | None = None
+        self.engine_targets: TargetsFile | None = None
+        self.client_targets: TargetsFile | None = None
 
     def _progress(self, arm: str, n: int) -> None:
         with self.bar_lock:
@@ -122,13 +129,14 @@ class Driver:
             device = resolve_device(self.cfg)
             check_platform(self.cfg, device)
             env = self._write_inputs(schedule)
+            self._start_metrics()
             print(
                 f"moeperf run {self.run_id}: {len(self.cfg.arms)} arm(s) on {device}, "
                 f"{len(schedule.requests)} requests over {schedule.duration_s:.1f} s -> {self.run_dir}",
                 flush=True,
             )
             runners = [
-                ArmRunner(self.cfg, arm, device, self.run_dir, schedule.requests, self._progress)
+                ArmRunner(self.cfg, arm, device, self.run_dir, schedule.requests, self._progress, self._observe)
                 for arm in self.cfg.arms
             ]
             for r in runners:
@@ -143,14 +151,58 @@ class Driver:
             print("\ninterrupted: stopping engines and releasing placement groups", flush=True)
         finally:
             for r in runners:
-                r.stop()
+                self._stop(r)
             for bar in self.bars.values():
                 bar.close()
+            self._stop_metrics()
         result = self._result(schedule, runners, env, interrupted)
         (self.run_dir / "result.json").write_text(result.model_dump_json(indent=1))
         if started_ray:
             ray.shutdown()
         return result
+
+    # --- Prometheus (dashboards/README.md) -------------------------------------------------------
+    def _start_metrics(self) -> None:
+        m = self.cfg.metrics
+        if not m.enabled:
+            return
+        host = ray.util.get_node_ip_address() if m.listen_host == "node-ip" else m.listen_host
+        slo = slo_from_config(self.cfg.model_dump(mode="json"))
+        try:
+            self.client_metrics = ClientMetrics(self.run_id, self.cfg.name, slo)
+            url = self.client_metrics.serve(host)
+            self.client_targets = TargetsFile(m.targets_dir / f"client-{self.run_id}.json", self.run_id)
+            self.client_targets.add_endpoint("driver", url, {})
+            self.engine_targets = TargetsFile(m.targets_dir / f"engines-{self.run_id}.json", self.run_id)
+        except OSError as e:  # an unwritable targets_dir or an unusable address must not cost the run
+            print(f"warning: Prometheus export off for this run: {e}", flush=True)
+            self._stop_metrics()
+            return
+        self.client_metrics.run_active(True)
+        print(f"metrics: client metrics at {url}, Prometheus targets in {m.targets_dir}", flush=True)
+
+    def _stop_metrics(self) -> None:
+        if self.client_metrics is not None:
+            self.client_metrics.run_active(False)
+            self.client_metrics.wait_scraped(self.cfg.metrics.final_scrape_timeout_s)
+            self.client_metrics.close()
+        for t in (self.engine_targets, self.client_targets):
+            if t is not None:
+                t.close()
+        self.client_metrics = self.engine_targets = self.client_targets = None
+
+    def _observe(self, record: RequestRecord, client_node_id: str) -> None:
+        if self.client_metrics is not None:
+            self.client_metrics.observe(record, node=node_label(client_node_id))
+
+    def _arm_active(self, r: ArmRunner, round_index: int, active: bool) -> None:
+        if self.client_metrics is not None:
+            self.client_metrics.arm_active(r.arm.name, round_index, active)
+
+    def _stop(self, r: ArmRunner) -> None:
+        r.stop()
+        if self.engine_targets is not None:
+            self.engine_targets.remove(r.arm.name)
 
     def _bar(self, r: ArmRunner, round_index: int, position: int = 0) -> tqdm:
         label = r.arm.name if self.cfg.rounds == 1 else f"{r.arm.name} r{round_index}"
@@ -162,9 +214,11 @@ class Driver:
         print(f"arm {r.arm.name}: round {round_index}: starting engine ({r.flags.describe()})", flush=True)
         if not r.start():
             print(f"arm {r.arm.name}: FAILED to start: {r.failure[0] if r.failure else ''}", flush=True)
-            r.stop()
+            self._stop(r)
             return False
         assert r.info is not None
+        if self.engine_targets is not None:
+            self.engine_targets.add(r.arm.name, r.info.url, {"node": node_label(r.info.node_id)})
         print(f"arm {r.arm.name}: engine healthy at {r.info.url} after {r.info.startup_s:.1f} s", flush=True)
         return True
 
@@ -176,9 +230,13 @@ class Driver:
                 if r.failed or not self._start(r, round_index):
                     continue
                 bar = self._bar(r, round_index)
-                r.replay(round_index, time.time() + START_DELAY_S)
+                self._arm_active(r, round_index, True)
+                try:
+                    r.replay(round_index, time.time() + START_DELAY_S)
+                finally:
+                    self._arm_active(r, round_index, False)
                 bar.close()
-                r.stop()
+                self._stop(r)
 
     def _run_parallel(self, runners: list[ArmRunner]) -> None:
         started = [r for r in runners if self._start(r, 0)]
@@ -187,11 +245,17 @@ class Driver:
             bars = [self._bar(r, round_index, i) for i, r in enumerate(live)]
             start = time.time() + START_DELAY_S
             threads = [threading.Thread(target=r.replay, args=(round_index, start), daemon=True) for r in live]
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
+            for r in live:
+                self._arm_active(r, round_index, True)
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    while t.is_alive():
+                        t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
+            finally:
+                for r in live:
+                    self._arm_active(r, round_index, False)
             for bar in bars:
                 bar.close()
 

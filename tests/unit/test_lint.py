@@ -14,7 +14,7 @@ def test_ruff_clean():
 
 def test_mypy_clean():
     r = subprocess.run(
-        [sys.executable, "-m", "mypy", "cluster", "workloads", "moe_opt", "analysis"],
+        [sys.executable, "-m", "mypy", "cluster", "workloads", "moe_opt", "analysis", "dashboards"],
         cwd=REPO,
         capture_output=True,
         text=True,
