@@ -13,6 +13,7 @@ from html import escape
 import numpy as np
 
 from analysis import fmt
+from analysis.markdown import warmup_sentence
 from analysis.nightly import NightlyVerdict
 from analysis.samples import arm_control_of, record_round
 from analysis.svg import Series, cdf_series, line_chart
@@ -208,7 +209,7 @@ def render_html(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdic
 <p>Experiment <b>{escape(result.experiment)}</b>, status <b>{escape(result.status)}</b>,
 {escape(result.started_at)} to {escape(result.finished_at)}; {result.schedule.requests} requests per arm over
 {result.schedule.duration_s:.1f} s of schedule. Baseline arm: <b>{escape(str(analysis.baseline_arm))}</b>.
-Goodput SLOs: {escape(analysis.slo.describe())}.</p>
+{escape(warmup_sentence(analysis))} Goodput SLOs: {escape(analysis.slo.describe())}.</p>
 <p class="muted">Command: <code>{escape(" ".join(result.command))}</code>.
 Bootstrap: {analysis.settings.bootstrap_resamples} resamples, seed {analysis.settings.seed},
 family-wise alpha {analysis.settings.alpha}, minimum effect

@@ -57,12 +57,22 @@ def nightly_markdown(v: NightlyVerdict) -> list[str]:
     return lines
 
 
+def warmup_sentence(analysis: RunAnalysis) -> str:
+    if analysis.settings.steady_state == "none":
+        return "Warm-up: every request kept (steady-state check off)."
+    if not analysis.warmup_excluded:
+        return "Warm-up: none detected (MSER-5 on TTFT kept every request)."
+    parts = ", ".join(f"round {r}: first {n}" for r, n in sorted(analysis.warmup_excluded.items()))
+    return f"Warm-up excluded by the MSER-5 steady-state rule on TTFT, in every arm: {parts} schedule slots."
+
+
 def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdict | None = None) -> str:
     lines = [
         f"# moeperf report: {result.run_id}",
         "",
         f"Experiment `{result.experiment}`, status **{result.status}**, {result.started_at} to {result.finished_at}.",
         f"Goodput SLOs: {analysis.slo.describe()}. Baseline arm: `{analysis.baseline_arm}`.",
+        warmup_sentence(analysis),
         "",
     ]
     if nightly is not None:

@@ -31,6 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-ms", type=float, help="Goodput SLO on TTFT (ms); default: run config or 2000.")
     p.add_argument("--slo-tpot-ms", type=float, help="Goodput SLO on TPOT (ms); default: run config or 200.")
     p.add_argument("--slo-e2e-ms", type=float, help="Goodput SLO on E2E latency (ms); default: none.")
+    p.add_argument(
+        "--steady-state",
+        choices=("mser5", "none"),
+        default="mser5",
+        help="Drop warm-up by the MSER-5 rule on TTFT (default), or keep every request ('none': when the cold "
+        "start, e.g. JIT compiles, is what is being measured).",
+    )
     p.add_argument("--quiet", action="store_true", help="Do not print the Markdown summary.")
     return p
 
@@ -63,6 +70,7 @@ def main(argv: list[str]) -> int:
             seed=ns.seed,
             baseline_arm=ns.baseline,
             slo=slo,
+            steady_state=ns.steady_state,
         )
         formats = [f.strip() for f in ns.format.split(",") if f.strip()]
         out = Path(ns.out) if ns.out else (run if run.is_dir() else run.parent)

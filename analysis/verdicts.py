@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis import stats
 from analysis.samples import ArmSamples, arm_control_of, arm_samples
 from analysis.slo import SloSpec, slo_from_config
+from analysis.steady_state import steady, warmup_slots
 from workloads.results import RunResult
 
 Verdict = Literal["improved", "regressed", "no detectable difference", "not measured"]
@@ -41,6 +42,9 @@ class AnalysisSettings(_Strict):
     seed: int = Field(0, description="Seed of every bootstrap: same inputs, same report.")
     baseline_arm: str | None = Field(None, description="Arm B/A ratios divide by; null: the first baseline-flag arm.")
     slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo', else the defaults.")
+    steady_state: Literal["mser5", "none"] = Field(
+        "mser5", description="Exclude warm-up by the MSER-5 steady-state rule on TTFT ('none': keep every request)."
+    )
 
 
 class MetricVerdict(_Strict):
@@ -84,6 +88,9 @@ class RunAnalysis(_Strict):
     baseline_arm: str | None = Field(description="Null when no arm succeeded.")
     comparisons: list[ArmComparison]
     skipped_arms: dict[str, str] = Field(description="Arm -> why it was not compared (failed, no requests).")
+    warmup_excluded: dict[int, int] = Field(
+        default_factory=dict, description="Round -> schedule slots before steady state, excluded from every arm."
+    )
 
     @property
     def regressed(self) -> bool:
@@ -206,8 +213,10 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
     slo = settings.slo or slo_from_config(result.config)
     samples: dict[str, ArmSamples] = {}
     skipped: dict[str, str] = {}
+    ok_arms = [a.records for a in result.arms if a.status == "ok"]
+    cuts = warmup_slots(ok_arms) if settings.steady_state == "mser5" else {}
     for arm in result.arms:
-        s = arm_samples(arm.name, arm.records, slo)
+        s = arm_samples(arm.name, steady(arm.records, cuts), slo)
         if arm.status != "ok":
             skipped[arm.name] = f"arm {arm.status}: {arm.failure_reason or 'no reason recorded'}"
         elif s.n < 2:
@@ -238,5 +247,6 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
         slo=slo,
         baseline_arm=base,
         comparisons=comparisons,
+        warmup_excluded={k: v for k, v in cuts.items() if v},
         skipped_arms=skipped,
     )

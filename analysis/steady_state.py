@@ -1,0 +1,61 @@
+"""Warm-up excluded by a steady-state check (MSER-5), not by a fixed request count.
+
+A cold engine pays one-off costs in its first requests (JIT compiles, allocator growth, caches);
+how many requests that takes depends on the arm, the model and the trace, so a fixed count either
+keeps warm-up or throws away steady state. MSER-5 (White, 1997) truncates the prefix of batch means
+that minimises the standard error of the mean of what is left, searching only the first half.
+
+The same schedule slots are dropped from every arm of a round (the latest cut of any arm), so arms
+stay paired request for request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from workloads.records import RequestRecord
+
+BATCH = 5
+MIN_BATCHES = 4
+
+
+def mser5_cut(values: Sequence[float], batch: int = BATCH, max_fraction: float = 0.5) -> int:
+    """How many leading observations to drop (a multiple of ``batch``; 0 for short series)."""
+    x = np.asarray(values, dtype=np.float64)
+    n_batches = x.size // batch
+    if n_batches < MIN_BATCHES:
+        return 0
+    means = x[: n_batches * batch].reshape(n_batches, batch).mean(axis=1)
+    best_d, best_stat = 0, np.inf
+    for d in range(int(n_batches * max_fraction) + 1):
+        rest = means[d:]
+        stat = float(rest.var() / rest.size)
+        if stat < best_stat - 1e-15:
+            best_d, best_stat = d, stat
+    return best_d * batch
+
+
+def _ttft_by_slot(records: Sequence[RequestRecord], rnd: int) -> list[float]:
+    mine = sorted((r for r in records if r.round == rnd and r.ok and r.ttft_s is not None), key=lambda r: r.index)
+    return [float(r.ttft_s) for r in mine if r.ttft_s is not None]
+
+
+def warmup_slots(arms_records: Sequence[Sequence[RequestRecord]]) -> dict[int, int]:
+    """Per round, the schedule index below which requests count as warm-up in every arm."""
+    rounds = sorted({r.round for recs in arms_records for r in recs})
+    cuts: dict[int, int] = {}
+    for rnd in rounds:
+        cut_index = 0
+        for recs in arms_records:
+            in_round = sorted((r for r in recs if r.round == rnd and r.ok), key=lambda r: r.index)
+            k = mser5_cut(_ttft_by_slot(recs, rnd))
+            if k and k <= len(in_round):
+                cut_index = max(cut_index, in_round[k - 1].index + 1)
+        cuts[rnd] = cut_index
+    return cuts
+
+
+def steady(records: Sequence[RequestRecord], cuts: dict[int, int]) -> list[RequestRecord]:
+    return [r for r in records if r.index >= cuts.get(r.round, 0)]
