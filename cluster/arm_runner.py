@@ -92,11 +92,12 @@ class ArmRunner:
         return self.failure is not None
 
     def _engine_spec(self) -> EngineSpec:
-        if not self.cfg.simulate.cpu_engine_on_simulated_gpus:
-            return self.cfg.engine
-        return self.cfg.engine.model_copy(
-            update={"tensor_parallel_size": self.cfg.simulate.engine_tensor_parallel_size}
-        )
+        update: dict[str, object] = {}
+        if (eager := self.cfg.arm_enforce_eager(self.arm)) != self.cfg.engine.enforce_eager:
+            update["enforce_eager"] = eager
+        if self.cfg.simulate.cpu_engine_on_simulated_gpus:
+            update["tensor_parallel_size"] = self.cfg.simulate.engine_tensor_parallel_size
+        return self.cfg.engine.model_copy(update=update) if update else self.cfg.engine
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> bool:

@@ -66,7 +66,9 @@ class EngineSpec(Strict):
         "node's Ray address so client actors on other nodes can reach it.",
     )
     fresh_triton_cache: bool = Field(
-        False, description="Give every engine an empty TRITON_CACHE_DIR, so each arm pays its own JIT compiles."
+        False,
+        description="Give every engine empty JIT caches (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT "
+        "with its torch.compile artefacts), so each arm pays its own JIT compiles.",
     )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
@@ -99,6 +101,12 @@ class ArmSpec(Strict):
         None,
         description="Make this an A/A control of the named arm: same flags, its own engine; measures the noise "
         "floor the verdicts are judged against.",
+    )
+    enforce_eager: bool | None = Field(
+        None,
+        description="This arm's vLLM --enforce-eager, overriding engine.enforce_eager; null: the engine's. False "
+        "keeps vLLM's own warm-up (torch.compile and CUDA-graph capture run the model at every capture batch size "
+        "before serving, so Triton JIT compiles happen at start-up); true skips it, so they land on live requests.",
     )
 
     @field_validator("name")
@@ -234,6 +242,8 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"arms.{i}.control_of: {arm.control_of!r} is not another, non-control arm")
             if "flags" in arm.model_fields_set and arm.flags != target.flags:
                 raise ValueError(f"arms.{i}.flags: an A/A control must have the flags of {target.name!r}")
+            if arm.enforce_eager is not None and arm.enforce_eager != self.arm_enforce_eager(target):
+                raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")
         return self
 
     def arm_flags(self, arm: ArmSpec) -> OptimizationFlags:
@@ -241,6 +251,11 @@ class ExperimentConfig(Strict):
         if arm.control_of is None:
             return arm.flags
         return next(a.flags for a in self.arms if a.name == arm.control_of)
+
+    def arm_enforce_eager(self, arm: ArmSpec) -> bool:
+        """Whether an arm's engine skips vLLM's warm-up: its own setting, its control target's, or the engine's."""
+        source = arm if arm.control_of is None else next(a for a in self.arms if a.name == arm.control_of)
+        return self.engine.enforce_eager if source.enforce_eager is None else source.enforce_eager
 
 
 class ConfigError(ValueError):

@@ -135,7 +135,11 @@ class EngineActor:
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         }
         if self.engine.fresh_triton_cache:
-            env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-", dir=self.log_dir)
+            # Inductor's and vLLM's compile caches hold Triton binaries too: a cold Triton cache alone would let a
+            # later arm reuse an earlier arm's torch.compile output and skip compiles the earlier one paid for.
+            jit = Path(tempfile.mkdtemp(prefix="jit-cache-", dir=self.log_dir))
+            env |= {"TRITON_CACHE_DIR": str(jit / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(jit / "inductor"),
+                    "VLLM_CACHE_ROOT": str(jit / "vllm")}  # fmt: skip
         return env
 
     def start(self) -> EngineInfo:

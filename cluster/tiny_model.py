@@ -1,5 +1,9 @@
 """The embedded default model: a Mixtral-shaped MoE small enough for vLLM's CPU build.
 
+The same generator writes real models' per-layer shapes with fewer layers (Mixtral-8x7B,
+Qwen3-30B-A3B) for the GPU runs: with ``--load-format dummy`` only the shapes matter, so a
+4-layer model with real MoE and attention widths exercises exactly the kernels a full one does.
+
 vLLM needs a config and a tokenizer on disk even with ``--load-format dummy``; writing them
 ourselves means the default run downloads nothing and works offline, on any node, every time.
 The tokenizer maps every id to one printable ASCII character, so any sequence of ids the dummy
@@ -12,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +31,11 @@ class TinyMoeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    architecture: Literal["mixtral", "qwen3_moe"] = Field(
+        "mixtral",
+        description="Decoder family: 'mixtral' (MixtralForCausalLM) or 'qwen3_moe' (Qwen3MoeForCausalLM: QK-norm, "
+        "normalised top-k, many small experts).",
+    )
     num_hidden_layers: int = Field(2, ge=1, le=16, description="Decoder layers.")
     hidden_size: int = Field(128, ge=16, description="Model width.")
     intermediate_size: int = Field(256, ge=16, description="Per-expert FFN width.")
@@ -33,6 +44,16 @@ class TinyMoeSpec(BaseModel):
     num_attention_heads: int = Field(4, ge=1, description="Attention heads.")
     num_key_value_heads: int = Field(2, ge=1, description="KV heads (GQA).")
     max_position_embeddings: int = Field(2048, ge=64, description="Longest context the config allows.")
+    head_dim: int | None = Field(
+        None,
+        ge=8,
+        description="Width of one attention head; null: hidden_size / num_attention_heads (Qwen3-30B-A3B "
+        "has 128 with hidden_size 2048 and 32 heads).",
+    )
+
+    @property
+    def head_width(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
 
     @property
     def vocab_size(self) -> int:
@@ -46,21 +67,16 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("MOEPERF_CACHE_DIR", Path.home() / ".cache" / "moeperf"))
 
 
-def _config_json(spec: TinyMoeSpec) -> dict[str, object]:
+def _common_config(spec: TinyMoeSpec) -> dict[str, object]:
     return {
-        "architectures": ["MixtralForCausalLM"],
-        "model_type": "mixtral",
         "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": spec.num_hidden_layers,
         "num_attention_heads": spec.num_attention_heads,
         "num_key_value_heads": spec.num_key_value_heads,
-        "head_dim": spec.hidden_size // spec.num_attention_heads,
-        "num_local_experts": spec.num_local_experts,
+        "head_dim": spec.head_width,
         "num_experts_per_tok": spec.num_experts_per_tok,
         "vocab_size": spec.vocab_size,
         "max_position_embeddings": spec.max_position_embeddings,
-        "rms_norm_eps": 1e-5,
         "rope_theta": 1e6,
         "hidden_act": "silu",
         "tie_word_embeddings": False,
@@ -71,6 +87,44 @@ def _config_json(spec: TinyMoeSpec) -> dict[str, object]:
         "output_router_logits": False,
         "router_aux_loss_coef": 0.0,
     }
+
+
+def _mixtral_config(spec: TinyMoeSpec) -> dict[str, object]:
+    return _common_config(spec) | {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "intermediate_size": spec.intermediate_size,
+        "num_local_experts": spec.num_local_experts,
+        "rms_norm_eps": 1e-5,
+    }
+
+
+def _qwen3_moe_config(spec: TinyMoeSpec) -> dict[str, object]:
+    """Every layer sparse, as in Qwen3-30B-A3B; intermediate_size is then unused but must exist."""
+    return _common_config(spec) | {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "intermediate_size": spec.intermediate_size,
+        "moe_intermediate_size": spec.intermediate_size,
+        "num_experts": spec.num_local_experts,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "use_sliding_window": False,
+        "rms_norm_eps": 1e-6,
+    }
+
+
+CONFIG_BUILDERS: dict[str, Callable[[TinyMoeSpec], dict[str, object]]] = {
+    "mixtral": _mixtral_config,
+    "qwen3_moe": _qwen3_moe_config,
+}
+
+
+def _config_json(spec: TinyMoeSpec) -> dict[str, object]:
+    return CONFIG_BUILDERS[spec.architecture](spec)
 
 
 def _tokenizer_json() -> dict[str, object]:
@@ -132,7 +186,7 @@ def ensure_tiny_model(spec: TinyMoeSpec, cache_dir: Path | None = None) -> Path:
     half-written directory.
     """
     root = (cache_dir or default_cache_dir()) / "models"
-    target = root / f"tiny-mixtral-{spec.cache_key()}"
+    target = root / f"tiny-{spec.architecture}-{spec.cache_key()}"
     if (target / "config.json").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)

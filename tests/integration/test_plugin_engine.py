@@ -8,18 +8,16 @@ synchronisation: every wait polls a condition with a deadline.
 from __future__ import annotations
 
 import json
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.server_process import EngineStartError, ServerProcess, free_port
-from cluster.tiny_model import SPECIAL_TOKENS, TinyMoeSpec, ensure_tiny_model
+from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
 from moe_opt.plugin.metrics import GPU_SPECS, SPECS
+from tests.engine_http import Samples, complete, poll, scrape, series, total
 from tests.integration.conftest import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -56,48 +54,6 @@ def engine(tmp_path: Path, name: str, tp: int, flags: dict, extra_env: dict[str,
         yield server
     finally:
         server.stop()
-
-
-def complete(server: ServerProcess, name: str, n_prompt: int, max_tokens: int) -> None:
-    lo = len(SPECIAL_TOKENS)
-    body = {"model": name, "prompt": [lo + i % 90 for i in range(n_prompt)], "max_tokens": max_tokens,
-            "ignore_eos": True}  # fmt: skip
-    req = urllib.request.Request(f"{server.url}/v1/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=120) as r:
-        assert r.status == 200
-
-
-Samples = dict[tuple[str, frozenset], float]
-
-
-def scrape(server: ServerProcess) -> Samples:
-    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    want = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
-
-
-def poll(fn: Callable[[], Samples], ok: Callable[[Samples], bool], deadline_s: float) -> Samples:
-    end = time.monotonic() + deadline_s
-    while True:
-        s = fn()
-        if ok(s) or time.monotonic() > end:
-            return s
-        time.sleep(0.2)  # polling interval, not synchronisation
-
-
-def series(samples: Samples, spec_name: str, kind: str) -> list[dict[str, str]]:
-    name = spec_name if kind != "histogram" else spec_name + "_count"
-    return [dict(ls) for (n, ls), _ in samples.items() if n == name]
 
 
 def assert_table_metrics_per_rank(samples: Samples, name: str, ranks: list[str]) -> None:

@@ -96,3 +96,12 @@ def test_every_field_is_described():
 
     walk(ExperimentConfig)
     assert missing == []
+
+
+def test_arm_enforce_eager_overrides_the_engine_and_a_control_inherits_it():
+    warm = {"name": "warm", "enforce_eager": False}
+    arms = [{"name": "cold"}, warm, {"name": "warm-aa", "control_of": "warm"}]
+    cfg = parse_experiment({"engine": {"enforce_eager": True}, "arms": arms}, "x.yaml")
+    assert [cfg.arm_enforce_eager(a) for a in cfg.arms] == [True, False, False]
+    with pytest.raises(ConfigError, match=r"arms\.1\.enforce_eager: an A/A control must run like 'warm'"):
+        parse_experiment({"arms": [warm, {"name": "aa", "control_of": "warm", "enforce_eager": True}]}, "x.yaml")
