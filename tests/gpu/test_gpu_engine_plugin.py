@@ -120,7 +120,7 @@ def _assert_compiles_and_rank_series(samples: Samples, ranks: list[str]) -> None
     assert all(i["platform"] == "cuda" and i["moe_backend_status"] == "applied" for i in infos), infos
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
 def test_real_gpu_engine_reports_fused_moe_compiles_and_per_rank_metrics(tmp_path: Path, tp: int) -> None:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed")
