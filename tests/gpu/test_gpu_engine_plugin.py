@@ -40,6 +40,7 @@ SPEC = TinyMoeSpec(num_hidden_layers=2, hidden_size=4096, intermediate_size=1433
                    num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=8)  # fmt: skip
 PROMPT_TOKENS = (7, 100, 333, 1000)  # different prefill sizes: each can need its own specialisation
 COMPILES = "moeperf_triton_compiles_total"
+FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe.fused_moe_kernel"  # the plugin's kernel label
 
 
 def _gpus() -> int:
@@ -98,13 +99,13 @@ def _serve_and_scrape(server: ServerProcess, name: str) -> Samples:
 
 
 def _assert_compiles_and_rank_series(samples: Samples, ranks: list[str]) -> None:
-    serving = total(samples, COMPILES, kernel="fused_moe_kernel", during="serving")
-    startup = total(samples, COMPILES, kernel="fused_moe_kernel", during="startup")
+    serving = total(samples, COMPILES, kernel=FUSED_MOE, during="serving")
+    startup = total(samples, COMPILES, kernel=FUSED_MOE, during="startup")
     assert serving + startup >= len(ranks), "no fused_moe_kernel compile seen with an empty Triton cache"
-    assert total(samples, "moeperf_triton_compile_seconds_count", kernel="fused_moe_kernel") >= serving + startup
-    assert total(samples, "moeperf_triton_compile_seconds_sum", kernel="fused_moe_kernel") > 0
+    assert total(samples, "moeperf_triton_compile_seconds_count", kernel=FUSED_MOE) >= serving + startup
+    assert total(samples, "moeperf_triton_compile_seconds_sum", kernel=FUSED_MOE) > 0
     for rank in ranks:
-        assert total(samples, COMPILES, kernel="fused_moe_kernel", rank=rank) >= 1, f"rank {rank} compiled nothing"
+        assert total(samples, COMPILES, kernel=FUSED_MOE, rank=rank) >= 1, f"rank {rank} compiled nothing"
         assert total(samples, "moeperf_rank_ttft_seconds_count", rank=rank) >= len(PROMPT_TOKENS)
         assert total(samples, "moeperf_rank_step_seconds_count", rank=rank, phase="decode") >= 1
     uuids = set()
