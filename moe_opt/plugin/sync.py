@@ -41,9 +41,13 @@ class CollectiveClock:
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         clock = self
+        compiling = _compile_probe()
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if clock._depth:
+            # While torch.compile traces the model (vLLM's default, fullgraph) a host timer is untraceable and
+            # fails the engine's start; the traced call becomes vLLM's collective custom op, whose runtime body
+            # (_all_reduce_out_place, ...) is wrapped too and timed whenever it runs outside a CUDA graph.
+            if compiling() or clock._depth:
                 return fn(*args, **kwargs)
             clock._depth = 1
             t0 = time.perf_counter()
@@ -56,6 +60,15 @@ class CollectiveClock:
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         timed.__moeperf_timed__ = True  # type: ignore[attr-defined]
         return timed
+
+
+def _compile_probe() -> Callable[[], bool]:
+    """``torch.compiler.is_compiling`` (Dynamo folds it to True while tracing), or never when torch is absent."""
+    try:
+        import torch
+    except ImportError:
+        return lambda: False
+    return torch.compiler.is_compiling
 
 
 COLLECTIVE_METHODS = (

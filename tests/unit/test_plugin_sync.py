@@ -56,3 +56,28 @@ def test_clock_counts_nested_collectives_once() -> None:
     assert clock.seconds > 0
     first = clock.take()
     assert clock.seconds == 0.0 and first > 0
+
+
+def test_timed_collective_traces_under_fullgraph_compile_and_times_eager_calls() -> None:
+    """vLLM compiles the model fullgraph by default: a host timer inside the trace failed engine start on the H200.
+
+    A collective called while Dynamo traces must pass straight through; called eagerly, it is timed.
+    """
+    torch = pytest.importorskip("torch")
+    clock = CollectiveClock()
+
+    class Group:
+        def all_reduce(self, x):
+            return x * 2
+
+    assert time_collectives(Group, clock) == ["all_reduce"]
+    group = Group()
+
+    def forward(x):
+        return group.all_reduce(x) + 1
+
+    compiled = torch.compile(forward, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 3.0))
+    assert clock.take() == 0.0  # traced, not timed
+    assert torch.equal(forward(torch.ones(3)), torch.full((3,), 3.0))
+    assert clock.take() > 0.0
