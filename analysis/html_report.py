@@ -12,7 +12,7 @@ from html import escape
 
 import numpy as np
 
-from analysis import fmt
+from analysis import engine_window, fmt
 from analysis.markdown import warmup_sentence
 from analysis.nightly import NightlyVerdict
 from analysis.samples import arm_control_of, record_round
@@ -174,6 +174,20 @@ def _nightly(v: NightlyVerdict) -> str:
     return "".join(parts)
 
 
+def _engine_window(result: RunResult) -> str:
+    if not engine_window.has_engine_window(result.arms):
+        return (
+            '<p class="not-measured">Not measured in this run: the result file carries no per-rank step, '
+            "sync-stall or compile metrics.</p>"
+        )
+    return (
+        "<p>Per rank, from the moeperf plugin's counters (growth while the arm's requests were replayed):</p>"
+        + _table(engine_window.RANK_HEADERS, engine_window.rank_table(result.arms), cls="ranks")
+        + "<p>Triton JIT compiles while serving (requests waited for these):</p>"
+        + _table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms), cls="compiles")
+    )
+
+
 def _arms(result: RunResult) -> str:
     rows = []
     for a in result.arms:
@@ -217,9 +231,7 @@ family-wise alpha {analysis.settings.alpha}, minimum effect
 {_nightly(nightly) if nightly is not None else ""}
 <h2>Verdicts</h2>{comparisons}{skipped}
 <h2>Latency and throughput</h2>{_charts(result)}
-<h2>Per-rank step stalls and Triton compile events</h2>
-<p class="not-measured">Not measured in this run: the result file carries no per-rank step, sync-stall or
-compile metrics.</p>
+<h2>Per-rank step stalls and Triton compile events</h2>{_engine_window(result)}
 <h2>Arms and their flags</h2>{_arms(result)}
 {f"<h2>Run notes</h2><ul>{notes}</ul>" if notes else ""}
 <h2>Environment</h2><pre>{escape(json.dumps(result.environment, indent=2, sort_keys=True))}</pre>

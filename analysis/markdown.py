@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis import fmt
+from analysis import engine_window, fmt
 from analysis.nightly import NightlyVerdict
 from analysis.verdicts import ArmComparison, RunAnalysis
 from workloads.results import RunResult
@@ -66,6 +66,30 @@ def warmup_sentence(analysis: RunAnalysis) -> str:
     return f"Warm-up excluded by the MSER-5 steady-state rule on TTFT, in every arm: {parts} schedule slots."
 
 
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    def row(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    return [row(headers), "|" + " --- |" * len(headers)] + [row(r) for r in rows]
+
+
+def _engine_window(result: RunResult) -> list[str]:
+    if not engine_window.has_engine_window(result.arms):
+        return []
+    return [
+        "## Engines during the measured window",
+        "",
+        "Per rank, from the moeperf plugin's counters (growth while the arm's requests were replayed):",
+        "",
+        *_md_table(engine_window.RANK_HEADERS, engine_window.rank_table(result.arms)),
+        "",
+        "Triton JIT compiles while serving (requests waited for these):",
+        "",
+        *_md_table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms)),
+        "",
+    ]
+
+
 def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdict | None = None) -> str:
     lines = [
         f"# moeperf report: {result.run_id}",
@@ -89,6 +113,7 @@ def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVe
             f"| {a.requests_succeeded} / {a.requests_sent} | {'; '.join(a.notes) or '-'} |"
         )
     lines.append("")
+    lines += _engine_window(result)
     lines.append("## A/B verdicts")
     lines.append("")
     if not analysis.comparisons:
