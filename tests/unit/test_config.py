@@ -11,6 +11,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_embedded_default_is_the_quick_cpu_experiment():
     assert load_experiment(REPO / "experiments" / "quick-cpu.yaml") == ExperimentConfig()
+    # ...and spells out every field, so a reader of the file sees each setting the default run has.
+    spelled = yaml.safe_load((REPO / "experiments" / "quick-cpu.yaml").read_text())
+    assert spelled == ExperimentConfig().model_dump(mode="json")
 
 
 def test_default_has_baseline_and_all_optimizations_arms():
