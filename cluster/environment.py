@@ -69,6 +69,18 @@ def git_commit(path: Path) -> str | None:
         return None
 
 
+def git_dirty(path: Path) -> bool | None:
+    """Whether tracked files differ from the commit: a result from edited code must not pass for that commit."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return bool(out.strip())
+
+
 def node_environment() -> dict[str, Any]:
     return {
         "hostname": platform.node(),
@@ -88,4 +100,5 @@ def node_environment() -> dict[str, Any]:
             "aiohttp": package_version("aiohttp"),
         },
         "moeperf_git_commit": git_commit(Path(__file__).resolve().parent.parent),
+        "moeperf_git_dirty": git_dirty(Path(__file__).resolve().parent.parent),
     }
