@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -56,3 +58,14 @@ def poll(fn: Callable[[], Samples], ok: Callable[[Samples], bool], deadline_s: f
 def series(samples: Samples, spec_name: str, kind: str) -> list[dict[str, str]]:
     name = spec_name if kind != "histogram" else spec_name + "_count"
     return [dict(ls) for (n, ls), _ in samples.items() if n == name]
+
+
+@contextmanager
+def serving(argv: list[str], env: dict[str, str], tmp_path: Path, host: str, port: int) -> Iterator[ServerProcess]:
+    """A started server, its log in tmp_path/server.log, stopped (process group and all) however the test ends."""
+    server = ServerProcess(argv, env, tmp_path / "server.log", host, port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

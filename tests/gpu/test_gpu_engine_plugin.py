@@ -28,7 +28,7 @@ import pytest
 from cluster.server_process import ServerProcess, free_port
 from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
 from moe_opt.plugin.metrics import GPU_SPECS
-from tests.engine_http import Samples, complete, poll, scrape, series, total
+from tests.engine_http import Samples, complete, poll, scrape, series, serving, total
 from tests.integration.conftest import clean_env
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.integration]
@@ -82,12 +82,8 @@ def gpu_engine(tmp_path: Path, name: str, tp: int, flags: dict) -> Iterator[Serv
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"),
     }
     (tmp_path / "prom").mkdir()
-    server = ServerProcess(argv, env, tmp_path / "server.log", HOST, port)
-    server.start()
-    try:
+    with serving(argv, env, tmp_path, HOST, port) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _serve_and_scrape(server: ServerProcess, name: str) -> Samples:

@@ -17,7 +17,7 @@ import pytest
 from cluster.server_process import EngineStartError, ServerProcess, free_port
 from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
 from moe_opt.plugin.metrics import GPU_SPECS, SPECS
-from tests.engine_http import Samples, complete, poll, scrape, series, total
+from tests.engine_http import Samples, complete, poll, scrape, series, serving, total
 from tests.integration.conftest import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,12 +48,8 @@ def engine(tmp_path: Path, name: str, tp: int, flags: dict, extra_env: dict[str,
         argv += ["--tensor-parallel-size", str(tp), "--distributed-executor-backend", "mp"]
         env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
     env.update(extra_env)
-    server = ServerProcess(argv, env, tmp_path / "server.log", HOST, port)
-    server.start()
-    try:
+    with serving(argv, env, tmp_path, HOST, port) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def assert_table_metrics_per_rank(samples: Samples, name: str, ranks: list[str]) -> None:
