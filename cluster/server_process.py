@@ -23,7 +23,12 @@ ADDRESS_IN_USE_MARKERS = ("address already in use", "errno 98")
 class EngineStartError(RuntimeError):
     def __init__(self, message: str, log_tail: str) -> None:
         super().__init__(f"{message}\n--- engine log (tail) ---\n{log_tail}")
-        self.log_tail = log_tail
+        self.message, self.log_tail = message, log_tail
+
+    def __reduce__(self) -> tuple[type[EngineStartError], tuple[str, str]]:
+        # Ray pickles it from the EngineActor to the driver; the default would call __init__ with the one
+        # formatted string and fail, and the arm's reason would read "UnserializableException" (seen on the H200).
+        return (type(self), (self.message, self.log_tail))
 
 
 def free_port(host: str) -> int:

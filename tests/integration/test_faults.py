@@ -77,3 +77,14 @@ def test_arm_that_cannot_be_placed_fails_fast_with_what_is_missing(tmp_path):
     assert arm["status"] == "failed"
     assert "could not reserve" in arm["failure_reason"] and "'CPU': 64" in arm["failure_reason"]
     assert "cluster total" in arm["failure_reason"]
+
+
+def test_engine_that_cannot_start_fails_its_arm_with_the_engines_own_error(tmp_path):
+    """The EngineActor's start error crosses Ray intact: the reason says why, the log tail is kept."""
+    exp = small_experiment(tmp_path, engine={"extra_args": ["--no-such-vllm-flag"]}, arms=[{"name": "broken"}])
+    r = moeperf_run(str(exp), timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    arm = load_result(run_dir_of(tmp_path))["arms"][0]
+    assert arm["status"] == "failed"
+    assert arm["failure_reason"].startswith("vLLM server exited with code"), arm["failure_reason"]
+    assert "--no-such-vllm-flag" in (arm["engine_log_tail"] or "")
