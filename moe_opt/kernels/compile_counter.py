@@ -48,6 +48,7 @@ class CompileCounter:
 
     on_event: Callable[[CompileEvent], None] | None = None
     events: list[CompileEvent] = field(default_factory=list)
+    keep_events: bool = True  # False: only on_event sees them (a long-running server must not hoard them)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,8 +91,9 @@ class CompileCounter:
             p = stack.pop()
             event = CompileEvent(p.kernel, p.specialization, time.perf_counter() - p.start, p.compiler_s,
                                  p.cache_hit, p.is_warmup, time.time())  # fmt: skip
-            with self._lock:
-                self.events.append(event)
+            if self.keep_events:
+                with self._lock:
+                    self.events.append(event)
             if self.on_event is not None:
                 self.on_event(event)
         prev = self._prev.get("jit_post_compile_hook")

@@ -126,7 +126,7 @@ def setup_rank(wrapper: Any) -> RankInstruments:
     try:
         from moe_opt.kernels.compile_counter import CompileCounter
 
-        STATE.keep.append(CompileCounter(on_event=inst.on_compile).install())
+        STATE.keep.append(CompileCounter(on_event=inst.on_compile, keep_events=False).install())
     except Exception as e:  # noqa: BLE001 - no Triton: nothing to count
         logger.info("moeperf: Triton compile counting off (%s)", e)
     sampler = NvmlSampler(gpu, inst.set_gauge, settings.gpu_poll_s)

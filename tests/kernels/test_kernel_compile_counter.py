@@ -38,6 +38,14 @@ def test_counts_events_and_separates_cache_hits():
     assert cc.compile_seconds() >= 0.0
 
 
+def test_a_server_counter_passes_events_on_without_keeping_them():
+    seen = []
+    with CompileCounter(on_event=seen.append, keep_events=False) as cc:
+        for key in "ABC":
+            _fire(cache_hit=False, key=key)
+    assert [e.specialization for e in seen] == ["A", "B", "C"] and cc.events == []
+
+
 def test_chains_and_restores_existing_hooks():
     calls = []
     prev_cache = lambda **kw: calls.append("cache")  # noqa: E731
