@@ -1,0 +1,20 @@
+# Sourced by campaign.sh and studies.sh on the H200 machine, from the repo root, once the vLLM 0.26 + Ray
+# bundle is unpacked in $HOME/moeperf-stash/site (README.md here). Results and logs go to $C.
+C=${CAMPAIGN_DIR:-$HOME/campaign}
+mkdir -p "$C/runs" /tmp/ep/moeperf-0.1.0.dist-info
+# The bundle has no pip-installed moeperf: give vLLM the plugin's entry point through a dist-info.
+printf 'Metadata-Version: 2.1\nName: moeperf\nVersion: 0.1.0\n' >/tmp/ep/moeperf-0.1.0.dist-info/METADATA
+printf '[vllm.general_plugins]\nmoeperf = moe_opt.plugin:register\n' >/tmp/ep/moeperf-0.1.0.dist-info/entry_points.txt
+export PYTHONPATH=$PWD:/tmp/ep:$HOME/moeperf-stash/site PYTHONUNBUFFERED=1
+nvidia-smi >"$C/nvsmi.txt" 2>&1
+step() { echo "$(date -u +%FT%TZ) $*" >>"$C/progress"; }
+study() {
+  step "start $1"
+  python3 -m cluster.cli run "experiments/$1.yaml" --output_dir "$C/runs" >"$C/$1.log" 2>&1
+  step "end $1 rc=$?"
+}
+gpu_test() {
+  step "start gpu-test-$1"
+  python3 -m pytest -p no:cacheprovider -q "tests/gpu/test_gpu_engine_plugin.py" -k "$1" >"$C/gpu-test-$1.log" 2>&1
+  step "end gpu-test-$1 rc=$?"
+}
