@@ -53,6 +53,9 @@ def test_ctrl_c_stops_engines_and_writes_what_finished(tmp_path):
         text=True,
         env=clean_env(),
         cwd=REPO,
+        # A shell's background job starts with SIGINT ignored and Python keeps it so: give the driver what an
+        # interactive Ctrl-C reaches, whatever launched this test.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     assert proc.stdout is not None
