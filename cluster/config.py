@@ -246,16 +246,18 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")
         return self
 
+    def _runs_like(self, arm: ArmSpec) -> ArmSpec:
+        """The arm whose settings this one runs with: itself, or for an A/A control the arm it duplicates."""
+        return arm if arm.control_of is None else next(a for a in self.arms if a.name == arm.control_of)
+
     def arm_flags(self, arm: ArmSpec) -> OptimizationFlags:
         """The flags an arm runs with: a control arm inherits those of the arm it duplicates."""
-        if arm.control_of is None:
-            return arm.flags
-        return next(a.flags for a in self.arms if a.name == arm.control_of)
+        return self._runs_like(arm).flags
 
     def arm_enforce_eager(self, arm: ArmSpec) -> bool:
         """Whether an arm's engine skips vLLM's warm-up: its own setting, its control target's, or the engine's."""
-        source = arm if arm.control_of is None else next(a for a in self.arms if a.name == arm.control_of)
-        return self.engine.enforce_eager if source.enforce_eager is None else source.enforce_eager
+        eager = self._runs_like(arm).enforce_eager
+        return self.engine.enforce_eager if eager is None else eager
 
 
 class ConfigError(ValueError):
