@@ -8,22 +8,10 @@ run shows them without re-running or a Prometheus server.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from workloads.results import ArmResult
-
-_SERIES = re.compile(r"^([^{]+)\{(.*)\}$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_series(key: str) -> tuple[str, dict[str, str]]:
-    """``name{a="x",b="y"}`` -> (name, labels)."""
-    m = _SERIES.match(key)
-    if m is None:
-        return key, {}
-    return m.group(1), dict(_LABEL.findall(m.group(2)))
+from workloads.results import ArmResult, parse_series_key
 
 
 @dataclass(frozen=True)
@@ -70,7 +58,7 @@ _RANK_FIELDS = {
 def rank_rows(arm: ArmResult) -> list[RankWindow]:
     acc: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for key, value in arm.window_metrics.items():
-        name, labels = parse_series(key)
+        name, labels = parse_series_key(key)
         if name in _RANK_FIELDS and "rank" in labels:
             acc[(labels["rank"], labels.get("gpu", "none"))][_RANK_FIELDS[name]] += value
     return [
@@ -92,7 +80,7 @@ def step_skew_mean_ms(arm: ArmResult) -> float | None:
     """Mean per-step imbalance between the slowest and fastest rank (rank 0 observes it, TP > 1 only)."""
     totals = {"count": 0.0, "sum": 0.0}
     for key, value in arm.window_metrics.items():
-        name, _ = parse_series(key)
+        name, _ = parse_series_key(key)
         if name.startswith("moeperf_step_skew_seconds_"):
             totals[name.rsplit("_", 1)[1]] += value
     return 1e3 * totals["sum"] / totals["count"] if totals["count"] else None
@@ -103,7 +91,7 @@ def compile_rows(arm: ArmResult) -> list[KernelCompiles]:
     n: dict[str, float] = defaultdict(float)
     s: dict[str, float] = defaultdict(float)
     for key, value in arm.window_metrics.items():
-        name, labels = parse_series(key)
+        name, labels = parse_series_key(key)
         if labels.get("during", "serving") != "serving":
             continue
         kernel = labels.get("kernel", "?").rsplit(".", 1)[-1]

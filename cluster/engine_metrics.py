@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from workloads.results import series_key
+
 KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
 COMPILES = "moeperf_triton_compiles_total"
 
@@ -24,8 +26,7 @@ def parse_samples(text: str) -> dict[str, float]:
                 continue
             if s.name.endswith("_created"):
                 continue
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}"] = float(s.value)
+            out[series_key(s.name, s.labels)] = float(s.value)
     return out
 
 

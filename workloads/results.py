@@ -6,6 +6,8 @@ config is stored as the resolved JSON mapping (re-validate it with ``cluster.con
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +18,22 @@ from workloads.metrics import ArmSummary
 from workloads.records import RequestRecord
 
 RESULT_SCHEMA_VERSION: Literal[1] = 1
+
+_SERIES_KEY = re.compile(r"^([^{]+)\{(.*)\}$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def series_key(name: str, labels: Mapping[str, str]) -> str:
+    """How ``ArmResult.window_metrics`` names a series: ``name{a="x",b="y"}``, labels sorted."""
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def parse_series_key(key: str) -> tuple[str, dict[str, str]]:
+    """The inverse of ``series_key``: (name, labels)."""
+    m = _SERIES_KEY.match(key)
+    if m is None:
+        return key, {}
+    return m.group(1), dict(_LABEL.findall(m.group(2)))
 
 
 class _Model(BaseModel):
@@ -77,7 +95,8 @@ class ArmResult(_Model):
     )
     window_metrics: dict[str, float] = Field(
         default_factory=dict,
-        description="Growth of the engine's counters/histogram sums during the measured replay (all rounds).",
+        description="Growth of the engine's counters/histogram sums during the measured replay (all rounds), keyed "
+        'by series_key (name{label="value",...}).',
     )
     triton_compiles_in_window: int | None = Field(
         None, description="Triton JIT compilations while requests were being measured; null if not exported."

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from analysis.engine_window import compile_table, parse_series, rank_rows, rank_table, step_skew_mean_ms
+from analysis.engine_window import compile_table, rank_rows, rank_table, step_skew_mean_ms
 from moe_opt.flags import OptimizationFlags
-from workloads.results import ArmResult
+from workloads.results import ArmResult, parse_series_key, series_key
 
 KERNEL = "vllm.model_executor.layers.fused_moe.fused_moe.fused_moe_kernel"
 
@@ -41,8 +41,9 @@ def tp2_window() -> dict[str, float]:
 
 
 def test_parse_series_round_trips_a_prometheus_key() -> None:
-    assert parse_series('m_total{a="x",b="y z"}') == ("m_total", {"a": "x", "b": "y z"})
-    assert parse_series("plain") == ("plain", {})
+    assert parse_series_key('m_total{a="x",b="y z"}') == ("m_total", {"a": "x", "b": "y z"})
+    assert parse_series_key("plain") == ("plain", {})
+    assert series_key("m_total", {"b": "y z", "a": "x"}) == 'm_total{a="x",b="y z"}'  # what the driver writes
 
 
 def test_tp2_ranks_show_their_own_stall_and_the_engine_skew() -> None:
