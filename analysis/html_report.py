@@ -183,7 +183,7 @@ def _engine_window(result: RunResult) -> str:
     return (
         "<p>Per rank, from the moeperf plugin's counters (growth while the arm's requests were replayed):</p>"
         + _table(engine_window.RANK_HEADERS, engine_window.rank_table(result.arms), cls="ranks")
-        + "<p>Triton JIT compiles while serving (requests waited for these):</p>"
+        + "<p>Triton JIT compiles in the measured window (requests waited for these):</p>"
         + _table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms), cls="compiles")
     )
 

@@ -83,7 +83,7 @@ def _engine_window(result: RunResult) -> list[str]:
         "",
         *_md_table(engine_window.RANK_HEADERS, engine_window.rank_table(result.arms)),
         "",
-        "Triton JIT compiles while serving (requests waited for these):",
+        "Triton JIT compiles in the measured window (requests waited for these):",
         "",
         *_md_table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms)),
         "",
