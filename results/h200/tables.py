@@ -18,6 +18,9 @@ from analysis.report import load_result  # noqa: E402
 
 HERE = Path(__file__).parent
 CMP_METRICS = ("ttft_s_p50", "tpot_s_p50", "itl_s_p50", "e2e_s_p50")
+# Comparisons against another arm than the run's baseline: `moeperf report <run> --baseline <arm>
+# --out <run>/vs-<arm>` wrote them; listed here by experiment as (folder, B arm).
+EXTRA = {"h200-mixtral-fp8-warmup": [("vs-baseline-warmup", "no-respecialize-warmup")]}
 
 
 def _ci(m: dict) -> str:
@@ -46,10 +49,14 @@ def main() -> None:
             print(f"| {a.name} | {a.flags.describe()} | {eager} | {a.status} | {n} | {sec:.1f} "
                   f"| {s.ttft_s.p50:.3f} s / {s.ttft_s.p99:.2f} s | {1e3 * s.tpot_s.p50:.1f} ms "
                   f"| {s.output_tokens_per_s:.0f} | {a.engine.startup_s:.0f} |")  # fmt: skip
-        analysis = json.loads((run / "analysis.json").read_text())
+        comparisons = json.loads((run / "analysis.json").read_text())["comparisons"]
+        for folder, b_arm in EXTRA.get(result.experiment, []):
+            if (run / folder / "analysis.json").exists():
+                extra = json.loads((run / folder / "analysis.json").read_text())["comparisons"]
+                comparisons += [c for c in extra if c["b_arm"] == b_arm]
         print("\n| comparison | TTFT p50 | TPOT p50 | ITL p50 | E2E p50 | E2E p50 verdict |")
         print("| --- | --- | --- | --- | --- | --- |")
-        for c in analysis["comparisons"]:
+        for c in comparisons:
             ms = {m["metric"]: m for m in c["metrics"]}
             cells = " | ".join(_ci(ms[k]) for k in CMP_METRICS)
             print(f"| {c['b_arm']} / {c['a_arm']} | {cells} | {ms['e2e_s_p50']['verdict']} |")
