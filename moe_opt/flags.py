@@ -40,7 +40,8 @@ class OptimizationFlags(BaseModel):
         "auto",
         description=(
             "vLLM --moe-backend. 'triton' routes FP8 MoE to the Triton fused_moe_kernel instead of the "
-            "Hopper default (FlashInfer CUTLASS); 'auto' lets vLLM choose."
+            "Hopper default for FP8 checkpoints with static activation scales (FlashInfer CUTLASS; vLLM 0.26 "
+            "refuses it for online --quantization fp8); 'auto' lets vLLM choose."
         ),
     )
     no_respecialize: bool = Field(
