@@ -36,7 +36,11 @@ class ModelSpec(Strict):
         "dummy", description="vLLM --load-format; 'dummy' gives random weights with the real shapes."
     )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field("bfloat16", description="vLLM --dtype.")
-    quantization: Literal["fp8"] | None = Field(None, description="vLLM --quantization (fp8: per-tensor w8a8).")
+    quantization: Literal["fp8"] | None = Field(
+        None,
+        description="vLLM --quantization. fp8: per-tensor w8a8; bf16 weights are quantised online (dynamic "
+        "activation scales) unless tiny.fp8_checkpoint makes the model an FP8 checkpoint, whose scheme is used.",
+    )
     max_model_len: int = Field(1024, ge=16, description="vLLM --max-model-len; prompts + outputs must fit.")
     served_name: str = Field("moeperf-model", description="Name the server answers to (--served-model-name).")
     prompt_token_ids: tuple[int, int] | None = Field(

@@ -20,9 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+FP8_BLOCK = 128
+# config.json `quantization_config` of an FP8-serialised checkpoint, per `TinyMoeSpec.fp8_checkpoint`:
+# vLLM then builds FP8 weights and scales (filled by --load-format dummy) instead of quantising bf16
+# weights online, which decides which FP8 MoE backends it will route to.
+FP8_CHECKPOINT_CONFIGS: dict[str, dict[str, object] | None] = {
+    "none": None,
+    "per_tensor_static": {"quant_method": "fp8", "activation_scheme": "static"},
+    "block_128": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]},
+}
 PRINTABLE_ASCII = [chr(c) for c in range(32, 127)]
 
 
@@ -51,6 +60,24 @@ class TinyMoeSpec(BaseModel):
         "has 128 with hidden_size 2048 and 32 heads).",
     )
 
+    fp8_checkpoint: Literal["none", "per_tensor_static", "block_128"] = Field(
+        "none",
+        description="Write the model as an FP8 checkpoint (dummy weights still): 'per_tensor_static' has static "
+        "per-tensor activation scales, the scheme vLLM 0.26 routes to FlashInfer CUTLASS on Hopper; 'block_128' "
+        "has 128x128 weight blocks and dynamic activations, as DeepSeek-V3 and Qwen3 FP8 checkpoints ship. "
+        "'none': bf16 weights, which model.quantization fp8 quantises online (dynamic activation scales, which "
+        "FlashInfer CUTLASS refuses).",
+    )
+
+    @model_validator(mode="after")
+    def _fp8_blocks_fit(self) -> TinyMoeSpec:
+        """A block-FP8 checkpoint needs widths that are whole blocks; say so here, not in vLLM's weight loader."""
+        if self.fp8_checkpoint == "block_128":
+            for name in ("hidden_size", "intermediate_size"):
+                if getattr(self, name) % FP8_BLOCK:
+                    raise ValueError(f"fp8_checkpoint block_128 needs {name} to be a multiple of {FP8_BLOCK}")
+        return self
+
     @property
     def head_width(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
@@ -60,7 +87,9 @@ class TinyMoeSpec(BaseModel):
         return len(SPECIAL_TOKENS) + len(PRINTABLE_ASCII)
 
     def cache_key(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+        # A field added later is left out at its default, so models already cached on nodes keep their key.
+        unset_later = {"fp8_checkpoint"} if self.fp8_checkpoint == "none" else set()
+        return hashlib.sha256(self.model_dump_json(exclude=unset_later).encode()).hexdigest()[:12]
 
 
 def default_cache_dir() -> Path:
@@ -124,7 +153,9 @@ CONFIG_BUILDERS: dict[str, Callable[[TinyMoeSpec], dict[str, object]]] = {
 
 
 def _config_json(spec: TinyMoeSpec) -> dict[str, object]:
-    return CONFIG_BUILDERS[spec.architecture](spec)
+    config = CONFIG_BUILDERS[spec.architecture](spec)
+    quant = FP8_CHECKPOINT_CONFIGS[spec.fp8_checkpoint]
+    return config if quant is None else config | {"quantization_config": quant}
 
 
 def _tokenizer_json() -> dict[str, object]:

@@ -3,10 +3,12 @@
 # machine from the repo root after the stash calls: prints FlashInfer's availability checks as vLLM makes
 # them, then starts one engine (Mixtral-shaped FP8, 2 layers) with --moe-backend flashinfer_cutlass and
 # reports what it says (its backend choice, or the error), and, if it serves, TTFT of a few requests.
-# Output goes to $OUT/probe-flashinfer.log.
+# FP8_CHECKPOINT=none|per_tensor_static|block_128 (TinyMoeSpec.fp8_checkpoint; default none: bf16 weights
+# quantised online), HEALTH_S (default 330). Output goes to $OUT/probe-flashinfer-$FP8_CHECKPOINT.log.
 set -u
 source "$(dirname "$0")/gpu-env.sh"
-log=${OUT:-/tmp}/probe-flashinfer.log
+export FP8_CHECKPOINT=${FP8_CHECKPOINT:-none} HEALTH_S=${HEALTH_S:-330}
+log=${OUT:-/tmp}/probe-flashinfer-$FP8_CHECKPOINT.log
 python3 - >"$log" 2>&1 <<'PY'
 import importlib, json, os, shutil, subprocess, sys, time, traceback, urllib.request
 from pathlib import Path
@@ -22,7 +24,8 @@ for mod in ("flashinfer", "flashinfer.fused_moe"):
 from cluster.server_process import free_port
 from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
 spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=4096, intermediate_size=14336, num_local_experts=8,
-                   num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=8)
+                   num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=8,
+                   fp8_checkpoint=os.environ["FP8_CHECKPOINT"])
 port = free_port("127.0.0.1")
 argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ensure_tiny_model(spec, Path("/tmp/probe"))),
         "--load-format", "dummy", "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "2048",
@@ -32,7 +35,7 @@ t0 = time.monotonic()
 with open("/tmp/probe-engine.log", "w") as out:
     proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 healthy = False
-while time.monotonic() - t0 < 330 and proc.poll() is None:
+while time.monotonic() - t0 < float(os.environ["HEALTH_S"]) and proc.poll() is None:
     try:
         healthy = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200
     except Exception:
@@ -50,7 +53,7 @@ if healthy:
         print(f"prompt {n} tokens, 16 out: {time.monotonic() - t:.3f} s")
 proc.terminate()
 lines = Path("/tmp/probe-engine.log").read_text(errors="replace").splitlines()
-keep = [l for l in lines if any(k in l for k in ("MoE", "moe", "FlashInfer", "flashinfer", "Error", "error", "JIT", "nvcc"))]
+keep = [l for l in lines if any(k in l for k in ("MoE", "moe", "FlashInfer", "flashinfer", "Error", "error", "JIT", "nvcc", "ninja", "Loading"))]
 print("\n".join(keep[-60:]))
 print("--- engine log tail ---")
 print("\n".join(lines[-25:]))

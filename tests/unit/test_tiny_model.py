@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from transformers import AutoTokenizer
 
 from cluster.tiny_model import PRINTABLE_ASCII, SPECIAL_TOKENS, TinyMoeSpec, ensure_tiny_model
@@ -42,3 +43,31 @@ def test_qwen3_moe_shape_loads_with_the_real_per_layer_widths(tmp_path):
     assert (cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads) == (2048, 128, 32, 4)
     assert cfg.decoder_sparse_step == 1 and cfg.mlp_only_layers == [] and cfg.norm_topk_prob
     assert ensure_tiny_model(spec.model_copy(update={"architecture": "mixtral"}), tmp_path) != path
+
+
+@pytest.mark.parametrize(
+    ("kind", "activation_scheme", "block"),
+    [("per_tensor_static", "static", None), ("block_128", "dynamic", [128, 128])],
+)
+def test_fp8_checkpoint_is_read_by_vllm_as_the_scheme_asked_for(tmp_path, kind, activation_scheme, block):
+    """vLLM's own FP8 config parser decides the backend routing; it must see a serialised FP8 checkpoint."""
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    spec = TinyMoeSpec(hidden_size=256, intermediate_size=512, fp8_checkpoint=kind)
+    cfg = json.loads((ensure_tiny_model(spec, tmp_path) / "config.json").read_text())
+    fp8 = Fp8Config.from_config(cfg["quantization_config"])
+    assert fp8.is_checkpoint_fp8_serialized
+    assert (fp8.activation_scheme, fp8.weight_block_size) == (activation_scheme, block)
+
+
+def test_bf16_model_has_no_quantization_config_and_keeps_its_cache_key(tmp_path):
+    cfg = json.loads((ensure_tiny_model(TinyMoeSpec(), tmp_path) / "config.json").read_text())
+    assert "quantization_config" not in cfg
+    # The key of the default model from before fp8_checkpoint existed: caches on nodes stay valid.
+    assert TinyMoeSpec().cache_key() == "ee5408eded97"
+    assert TinyMoeSpec(fp8_checkpoint="per_tensor_static").cache_key() != TinyMoeSpec().cache_key()
+
+
+def test_block_fp8_checkpoint_needs_whole_blocks():
+    with pytest.raises(ValueError, match="intermediate_size to be a multiple of 128"):
+        TinyMoeSpec(hidden_size=256, intermediate_size=200, fp8_checkpoint="block_128")
