@@ -104,12 +104,13 @@ def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVe
     lines += [
         "## Arms",
         "",
-        "| arm | status | flags | flags applied | ok / sent | notes |",
-        "| --- | --- | --- | --- | ---: | --- |",
+        "| arm | status | flags | flags applied | MoE backend (vLLM's log) | ok / sent | notes |",
+        "| --- | --- | --- | --- | --- | ---: | --- |",
     ]
     for a in result.arms:
+        backends = ", ".join(a.engine.moe_backends) if a.engine and a.engine.moe_backends else "-"
         lines.append(
-            f"| {a.name} | {a.status} | {a.flags.describe()} | {'yes' if a.flags_applied else 'no'} "
+            f"| {a.name} | {a.status} | {a.flags.describe()} | {'yes' if a.flags_applied else 'no'} | {backends} "
             f"| {a.requests_succeeded} / {a.requests_sent} | {'; '.join(a.notes) or '-'} |"
         )
     lines.append("")

@@ -19,6 +19,7 @@ from typing import Literal
 import ray
 
 from cluster.config import EngineSpec, ModelSpec
+from cluster.engine_log import moe_backends_in_log
 from cluster.environment import package_version
 from cluster.server_process import EngineStartError, ServerProcess, free_port
 from cluster.tiny_model import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
@@ -172,6 +173,7 @@ class EngineActor:
                 argv=argv,
                 env=env_set,
                 startup_s=startup_s,
+                moe_backends=moe_backends_in_log(log_path),
             )
         assert last_error is not None
         raise last_error

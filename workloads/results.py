@@ -52,6 +52,12 @@ class EngineInfo(_Model):
     argv: list[str] = Field(description="Exact server command line.")
     env: dict[str, str] = Field(description="Environment variables moeperf set for the server.")
     startup_s: float = Field(description="Process start to first healthy /health.")
+    moe_backends: list[str] = Field(
+        default_factory=list,
+        description="MoE backends the server logged it chose at start ('Fp8: TRITON', 'Fp8: FLASHINFER_CUTLASS', "
+        "or a kernel class); with moe_backend auto the only record of which kernel served. Empty when the log "
+        "names none.",
+    )
 
 
 class ShardResult(_Model):

@@ -29,6 +29,8 @@ def test_two_arms_every_request_measured(tmp_path):
         lines = (run_dir / arm["records_file"]).read_text().splitlines()
         assert sorted(json.loads(line)["index"] for line in lines) == list(range(6))
         assert arm["engine"]["device"] == "cpu" and arm["engine"]["vllm_version"].startswith("0.32")
+        # vLLM chose the kernel itself ("auto" on CPU): the result says which one served.
+        assert arm["engine"]["moe_backends"][0] == "Unquantized: CPU"
         assert arm["summary"]["ttft_s"]["p50"] > 0
     flagged = res["arms"][1]
     assert flagged["flags"] == {
