@@ -60,25 +60,24 @@ def gpus() -> list[dict[str, str]]:
     return [dict(zip(keys, (p.strip() for p in line.split(",")), strict=False)) for line in out.splitlines() if line]
 
 
-def git_commit(path: Path) -> str | None:
+def _git(path: Path, *args: str, timeout_s: float) -> str | None:
+    """Stripped stdout of a git command in ``path``; None where git or the checkout is missing."""
     try:
         return subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+            ["git", "-C", str(path), *args], capture_output=True, text=True, timeout=timeout_s, check=True
         ).stdout.strip()
     except (subprocess.SubprocessError, OSError):
         return None
 
 
+def git_commit(path: Path) -> str | None:
+    return _git(path, "rev-parse", "HEAD", timeout_s=5)
+
+
 def git_dirty(path: Path) -> bool | None:
     """Whether tracked files differ from the commit: a result from edited code must not pass for that commit."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
-    except (subprocess.SubprocessError, OSError):
-        return None
-    return bool(out.strip())
+    out = _git(path, "status", "--porcelain", "--untracked-files=no", timeout_s=10)
+    return None if out is None else bool(out)
 
 
 def node_environment() -> dict[str, Any]:
