@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from workloads.results import ArmResult, parse_series_key
+from result_format.run_result import ArmResult, parse_series_key
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """One call for the nightly driver: judge tonight against the history, write the report, store the night.
 
-``cluster/nightly.py`` runs the experiment and then calls :func:`gate_night`; everything after the
+``cluster/cli/nightly.py`` runs the experiment and then calls :func:`gate_night`; everything after the
 run is here so it can be rerun offline (``python -m analysis.gate``) on saved files.
 """
 
@@ -14,7 +14,7 @@ from analysis.history import add_to_history, load_history
 from analysis.markdown import nightly_markdown
 from analysis.nightly import NightlyPolicy, NightlyVerdict, judge_night, run_failed_verdict
 from analysis.report import load_result, write_report
-from workloads.results import RunResult
+from result_format.run_result import RunResult
 
 
 def gate_night(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from workloads.results import RunResult
+from result_format.run_result import RunResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

@@ -18,7 +18,7 @@ from analysis.nightly import NightlyVerdict
 from analysis.samples import arm_control_of, record_round
 from analysis.svg import Series, cdf_series, line_chart
 from analysis.verdicts import ArmComparison, RunAnalysis
-from workloads.results import ArmResult, RunResult
+from result_format.run_result import ArmResult, RunResult
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1320px;color:#222}

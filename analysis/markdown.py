@@ -5,7 +5,7 @@ from __future__ import annotations
 from analysis import engine_window, fmt
 from analysis.nightly import NightlyVerdict
 from analysis.verdicts import ArmComparison, RunAnalysis
-from workloads.results import RunResult
+from result_format.run_result import RunResult
 
 VERDICT_MARK = {
     "improved": "improved",

@@ -22,7 +22,7 @@ from analysis import stats
 from analysis.samples import ArmSamples, arm_samples
 from analysis.slo import SloSpec, slo_from_config
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
-from workloads.results import RunResult
+from result_format.run_result import RunResult
 
 EXIT_OK, EXIT_REGRESSION, EXIT_RUN_FAILED = 0, 1, 2
 MAD_TO_SD = 1.4826

@@ -9,7 +9,7 @@ from analysis.html_report import render_html
 from analysis.markdown import render_markdown
 from analysis.nightly import NightlyVerdict
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
-from workloads.results import RunResult
+from result_format.run_result import RunResult
 
 FORMATS = ("html", "md")
 FILE_NAMES = {"html": "report.html", "md": "report.md"}

@@ -14,8 +14,8 @@ from functools import cached_property
 import numpy as np
 
 from analysis.slo import SloSpec
+from result_format.run_result import ArmResult
 from workloads.records import RequestRecord
-from workloads.results import ArmResult
 
 FloatArray = np.ndarray
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from moe_opt.flags import OptimizationFlags
+from result_format.run_result import ArmResult, RunResult, ScheduleInfo
 from workloads.records import RequestRecord
-from workloads.results import ArmResult, RunResult, ScheduleInfo
 
 
 @dataclass(frozen=True)

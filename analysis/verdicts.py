@@ -22,7 +22,7 @@ from analysis import stats
 from analysis.samples import ArmSamples, arm_control_of, arm_samples
 from analysis.slo import SloSpec, slo_from_config
 from analysis.steady_state import steady, warmup_slots
-from workloads.results import RunResult
+from result_format.run_result import RunResult
 
 Verdict = Literal["improved", "regressed", "no detectable difference", "not measured"]
 

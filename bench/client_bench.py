@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cpus, client_cpus = {n - 1}, set(range(n - 1))
         _pin(client_cpus)  # this process runs the moeperf client
 
-    from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model  # the tiny model's tokenizer, for vllm
+    from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model  # the tiny model's tokenizer, for vllm
 
     tokenizer = ensure_tiny_model(TinyMoeSpec())
     started = datetime.now(UTC)

@@ -1,6 +1,6 @@
 """Dashboard 1, run overview: per arm, what the clients saw next to what the engines report.
 
-Client-side series come from the run driver's endpoint (``cluster.client_metrics``), engine-side
+Client-side series come from the run driver's endpoint (``cluster.observability.client_metrics``), engine-side
 ones from each engine's ``/metrics`` (``vllm:*``; the targets file adds run/arm/node to them).
 Arms are series of the same panel, so they are compared side by side on one axis.
 """

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.server_process import ServerProcess
-from cluster.tiny_model import SPECIAL_TOKENS
+from cluster.engine.server import ServerProcess
+from modelgen.tiny_moe import SPECIAL_TOKENS
 
 
 def complete(server: ServerProcess, name: str, n_prompt: int, max_tokens: int) -> None:

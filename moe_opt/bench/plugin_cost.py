@@ -7,7 +7,7 @@ Prometheus metrics, TTFT bookkeeping and the TP=2 sync ring) and divides by the 
 in the engine, which bounds the cost with little noise. The engine A/B runs both engines side by
 side and alternates trials between them (A B A B ...) so that slow drifts of the machine hit both.
 
-    python3 -m moe_opt.bench.plugin_cost --model "$(python3 -c 'from cluster.tiny_model import *; \
+    python3 -m moe_opt.bench.plugin_cost --model "$(python3 -c 'from modelgen.tiny_moe import *; \
         print(ensure_tiny_model(TinyMoeSpec()))')" --out moe_opt/bench/results/cpu/plugin_cost.json
 """
 

@@ -21,8 +21,8 @@ for mod in ("flashinfer", "flashinfer.fused_moe"):
         importlib.import_module(mod); print("import", mod, "ok")
     except Exception:
         print("import", mod, "failed:"); traceback.print_exc(limit=3)
-from cluster.server_process import free_port
-from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
+from cluster.engine.server import free_port
+from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
 spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=4096, intermediate_size=14336, num_local_experts=8,
                    num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=8,
                    fp8_checkpoint=os.environ["FP8_CHECKPOINT"])

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.server_process import ServerProcess, free_port
-from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
+from cluster.engine.server import ServerProcess, free_port
+from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
 from moe_opt.plugin.metrics import GPU_SPECS
 from tests.engine_http import Samples, complete, poll, scrape, series, serving, total
 from tests.integration.conftest import clean_env

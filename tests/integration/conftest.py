@@ -69,7 +69,7 @@ def vllm_servers(marker: str) -> list[psutil.Process]:
             cmd = " ".join(p.info["cmdline"] or [])
         except psutil.Error:
             continue
-        if marker in cmd and ("vllm.entrypoints.openai.api_server" in cmd or "cluster.orphan_guard" in cmd):
+        if marker in cmd and ("vllm.entrypoints.openai.api_server" in cmd or "cluster.engine.orphan_guard" in cmd):
             found.append(p)
     return found
 

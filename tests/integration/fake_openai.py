@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from cluster.server_process import free_port
+from cluster.engine.server import free_port
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -42,8 +42,8 @@ REQUESTS = 20
 
 
 def _wiring_missing() -> str | None:
-    from cluster.config import ExperimentConfig
-    from cluster.driver import Driver
+    from cluster.orchestration.driver import Driver
+    from experiment.config import ExperimentConfig
 
     if "metrics" not in ExperimentConfig.model_fields or not hasattr(Driver, "_start_metrics"):
         return (

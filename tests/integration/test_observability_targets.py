@@ -1,7 +1,7 @@
 """A real Prometheus with the shipped config follows the targets file as endpoints come and go.
 
-No vLLM and no Ray: the harness's client-metrics endpoint (cluster.client_metrics) is registered
-through cluster.prom_targets exactly as the run driver does, and Prometheus must discover it,
+No vLLM and no Ray: the harness's client-metrics endpoint (cluster.observability.client_metrics) is registered
+through cluster.observability.prom_targets exactly as the run driver does, and Prometheus must discover it,
 scrape its series with the run's labels, and drop it when it is removed. Waits poll with deadlines.
 """
 
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from cluster.client_metrics import ClientMetrics
-from cluster.prom_targets import TargetsFile
+from cluster.observability.client_metrics import ClientMetrics
+from cluster.observability.prom_targets import TargetsFile
 from dashboards.prom_server import Prometheus, render_config
 from workloads.records import RequestRecord
 

@@ -14,8 +14,8 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util import placement_group_table
 
-from cluster.config import parse_experiment
-from cluster.driver import Driver
+from cluster.orchestration.driver import Driver
+from experiment.config import parse_experiment
 from tests.integration.conftest import served_name_for
 from tests.integration.fake_openai import loopback_port
 
@@ -166,7 +166,7 @@ def test_job_submitted_with_job_submission_client_completes(sim_cluster, tmp_pat
 
 
 def test_plan_places_two_tp8_arms_and_refuses_the_third(sim_cluster, tmp_path):
-    from cluster.plan import cluster_nodes, make_plan, render
+    from cluster.placement.plan import cluster_nodes, make_plan, render
 
     _, worker_ids, _ = sim_cluster
     cfg = parse_experiment(

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from cluster.tiny_model import TinyMoeSpec, ensure_tiny_model
+from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
 from tests.integration.conftest import clean_env, served_name_for
 from tests.integration.fake_openai import loopback_port
 from workloads.client import ClientSettings, replay

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.engine_window import compile_table, rank_rows, rank_table, step_skew_mean_ms
 from moe_opt.flags import OptimizationFlags
-from workloads.results import ArmResult, parse_series_key, series_key
+from result_format.run_result import ArmResult, parse_series_key, series_key
 
 KERNEL = "vllm.model_executor.layers.fused_moe.fused_moe.fused_moe_kernel"
 
@@ -59,7 +59,7 @@ def test_tp2_ranks_show_their_own_stall_and_the_engine_skew() -> None:
 
 def test_compiles_are_the_windows_growth_as_the_result_counts_them_and_kernels_are_named_short() -> None:
     """Startup-labelled compiles inside the window (the first served step's) are counted like the rest."""
-    from cluster.engine_metrics import compiles_in_window
+    from cluster.engine.counters import compiles_in_window
 
     assert compile_table([_arm(tp2_window())]) == [["a", "fused_moe_kernel", "8", "5.0"]]
     assert compiles_in_window(tp2_window()) == 8

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.config import load_experiment
+from experiment.config import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_submits_the_nightly_with_ray_job_submit_to_the_secret_address(workflow)
     submit = next(s for s in _steps(workflow) if "ray job submit" in s.get("run", ""))
     assert "secrets." in submit["env"]["RAY_ADDRESS"]
     assert '--address "$RAY_ADDRESS"' in submit["run"]
-    assert "python -m cluster.nightly --experiment experiments/nightly.yaml" in submit["run"]
+    assert "python -m cluster.cli.nightly --experiment experiments/nightly.yaml" in submit["run"]
     assert "--history" in submit["run"]
 
 

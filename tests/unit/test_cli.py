@@ -3,9 +3,9 @@
 import subprocess
 import sys
 
-from cluster.cli import build_parser
-from cluster.cli_from_model import apply_overrides, collect_overrides, scalar_fields
-from cluster.config import ExperimentConfig, parse_experiment
+from cluster.cli.from_model import apply_overrides, collect_overrides, scalar_fields
+from cluster.cli.main import build_parser
+from experiment.config import ExperimentConfig, parse_experiment
 
 
 def moeperf(*args, cwd=None):

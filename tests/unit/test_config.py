@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.config import ConfigError, ExperimentConfig, load_experiment, parse_experiment
+from experiment.config import ConfigError, ExperimentConfig, load_experiment, parse_experiment
 from moe_opt.flags import OptimizationFlags
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.client_metrics import METRICS, RUN_METRICS
+from cluster.observability.client_metrics import METRICS, RUN_METRICS
 from dashboards.cli import main as cli_main
 from dashboards.generate import JSON_DIR, render_all, stale
 from dashboards.prom_server import CONFIG, render_config

@@ -1,4 +1,4 @@
-"""cluster.client_metrics: what one finished record adds to the harness's Prometheus endpoint."""
+"""cluster.observability.client_metrics: what one finished record adds to the harness's Prometheus endpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.slo import SloSpec
-from cluster.client_metrics import METRICS, RUN_METRICS, ClientMetrics
+from cluster.observability.client_metrics import METRICS, RUN_METRICS, ClientMetrics
 from workloads.records import RequestRecord
 
 

@@ -1,4 +1,4 @@
-"""cluster.prom_targets: the file_sd file the driver keeps up to date as engines come and go."""
+"""cluster.observability.prom_targets: the file_sd file the driver keeps up to date as engines come and go."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cluster.prom_targets import TargetsError, TargetsFile
+from cluster.observability.prom_targets import TargetsError, TargetsFile
 
 
 def read(tf: TargetsFile) -> list[dict]:

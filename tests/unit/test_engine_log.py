@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from cluster.engine_log import moe_backends_in_log, selected_moe_backends
+from cluster.engine.startup_log import moe_backends_in_log, selected_moe_backends
 
 # Copied from engine logs: results/h200/probe-flashinfer/probe-flashinfer-per_tensor_static.log (vLLM 0.26 on an
 # H200, one line per TP rank at TP=2) and a vLLM 0.32 CPU engine of the default run.

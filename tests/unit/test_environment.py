@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from cluster.environment import git_commit, git_dirty, node_environment
+from cluster.observability.environment import git_commit, git_dirty, node_environment
 
 
 def _git(repo: Path, *args: str) -> None:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ["cluster", "experiment", "modelgen", "result_format", "workloads", "moe_opt", "analysis", "dashboards"]
 
 
 def test_ruff_clean():
@@ -14,7 +15,7 @@ def test_ruff_clean():
 
 def test_mypy_clean():
     r = subprocess.run(
-        [sys.executable, "-m", "mypy", "cluster", "workloads", "moe_opt", "analysis", "dashboards"],
+        [sys.executable, "-m", "mypy", *PACKAGES],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-from cluster.plan import peak_rate_rps
+from cluster.placement.plan import peak_rate_rps
 from workloads.schedule import PlannedRequest
 
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.schemas import SCHEMAS, render
+from experiment.schemas import SCHEMAS, render
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from cluster.server_process import EngineStartError
+from cluster.engine.server import EngineStartError
 
 
 def test_start_error_round_trips_with_reason_and_log_tail() -> None:

@@ -3,7 +3,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from cluster.tiny_model import PRINTABLE_ASCII, SPECIAL_TOKENS, TinyMoeSpec, ensure_tiny_model
+from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, TinyMoeSpec, ensure_tiny_model
 
 
 def test_generated_model_is_mixtral_shaped_and_cached(tmp_path):

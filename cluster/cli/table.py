@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from result_format.run_result import ArmResult, RunResult
 from workloads.metrics import Distribution
-from workloads.results import ArmResult, RunResult
 
 LATENCIES = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("E2E", "e2e_s"))
 

@@ -1,7 +1,7 @@
 """The versioned result file of a run: everything a report needs, without re-running anything.
 
 It lives outside ``cluster`` so that ``analysis`` can read results without importing Ray. The
-config is stored as the resolved JSON mapping (re-validate it with ``cluster.config`` if needed).
+config is stored as the resolved JSON mapping (re-validate it with ``experiment.config`` if needed).
 """
 
 from __future__ import annotations

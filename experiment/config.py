@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cluster.tiny_model import TinyMoeSpec
+from modelgen.tiny_moe import TinyMoeSpec
 from moe_opt.flags import OptimizationFlags
 from workloads.traces.azure import AzureTraceSpec
 from workloads.workload import WorkloadSpec

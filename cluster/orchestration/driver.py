@@ -18,15 +18,15 @@ import yaml
 from tqdm import tqdm
 
 from analysis.slo import slo_from_config
-from cluster.arm_runner import ArmRunner
-from cluster.client_metrics import ClientMetrics, node_label
-from cluster.config import ConfigError, ExperimentConfig
-from cluster.engine import Device
-from cluster.environment import node_environment
-from cluster.prom_targets import TargetsFile
-from cluster.table import arm_table
+from cluster.cli.table import arm_table
+from cluster.engine.actor import Device
+from cluster.observability.client_metrics import ClientMetrics, node_label
+from cluster.observability.environment import node_environment
+from cluster.observability.prom_targets import TargetsFile
+from cluster.orchestration.arm_runner import ArmRunner
+from experiment.config import ConfigError, ExperimentConfig
+from result_format.run_result import RunResult, ScheduleInfo
 from workloads.records import RequestRecord
-from workloads.results import RunResult, ScheduleInfo
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
 

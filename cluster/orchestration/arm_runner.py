@@ -17,19 +17,19 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from cluster.client_actor import ClientActor
-from cluster.client_placement import ClientPlacementError, client_nodes
-from cluster.config import ArmSpec, EngineSpec, ExperimentConfig
-from cluster.engine import Device, EngineActor
-from cluster.engine_metrics import COMPILES, compiles_in_window, parse_samples, window_delta
-from cluster.placement import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
-from cluster.server_process import EngineStartError
+from cluster.engine.actor import Device, EngineActor
+from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, window_delta
+from cluster.engine.server import EngineStartError
+from cluster.orchestration.client_actor import ClientActor
+from cluster.placement.clients import ClientPlacementError, client_nodes
+from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
+from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
+from result_format.run_result import ArmResult, EngineInfo, ShardResult
 from workloads.client import ClientSettings
 from workloads.health import ClientHealth, client_bound
 from workloads.metrics import summarize
 from workloads.records import RequestRecord
-from workloads.results import ArmResult, EngineInfo, ShardResult
 from workloads.schedule import PlannedRequest, shard
 
 STOP_TIMEOUT_S = 60.0

@@ -1,4 +1,4 @@
-"""`moeperf nightly` (also `python -m cluster.nightly`): run the nightly experiment, then gate it.
+"""`moeperf nightly` (also `python -m cluster.cli.nightly`): run the nightly experiment, then gate it.
 
 Exit codes are the CI contract: 1 a regression held for the policy's consecutive nights, 0 no
 regression (or too little history to judge), 2 the run itself failed (no night is stored then,
@@ -14,9 +14,10 @@ from pathlib import Path
 from analysis.gate import gate_night
 from analysis.markdown import nightly_markdown
 from analysis.nightly import NightlyPolicy
-from cluster.cli_from_model import add_model_options, apply_overrides, collect_overrides
-from cluster.config import ConfigError, ExperimentConfig, parse_experiment, read_yaml
-from workloads.results import RunResult
+from cluster.cli.from_model import add_model_options, apply_overrides, collect_overrides
+from cluster.cli.loading import sigterm_as_interrupt
+from experiment.config import ConfigError, ExperimentConfig, parse_experiment, read_yaml
+from result_format.run_result import RunResult
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cluster.cli import sigterm_as_interrupt
-    from cluster.driver import Driver, RunError
+    from cluster.orchestration.driver import Driver, RunError
 
     ns = build_parser().parse_args(argv)
     sigterm_as_interrupt()

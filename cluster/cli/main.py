@@ -7,35 +7,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.cli_from_model import add_model_options, apply_overrides, collect_overrides
-from cluster.config import ConfigError, ExperimentConfig, parse_experiment, read_yaml
-
-EXIT_OK, EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def _load(path: str | None, overrides: dict[str, Any]) -> tuple[ExperimentConfig, Path | None]:
-    data: dict[str, Any] = read_yaml(Path(path)) if path else {}
-    source = path or "<embedded default>"
-    cfg = parse_experiment(apply_overrides(data, overrides), source)
-    return cfg, (Path(path).resolve().parent if path else None)
-
-
-def sigterm_as_interrupt() -> None:
-    """`timeout`, CI runners and `ray job stop` send SIGTERM: clean up exactly as on Ctrl-C."""
-    import signal
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
+from cluster.cli.from_model import add_model_options, collect_overrides
+from cluster.cli.loading import (
+    EXIT_ARM_FAILED,
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    load_experiment,
+    sigterm_as_interrupt,
+)
+from experiment.config import ConfigError, ExperimentConfig
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from cluster.driver import Driver, RunError, print_result
+    from cluster.orchestration.driver import Driver, RunError, print_result
 
     sigterm_as_interrupt()
     try:
-        cfg, base_dir = _load(ns.experiment, collect_overrides(ns))
+        cfg, base_dir = load_experiment(ns.experiment, collect_overrides(ns))
         driver = Driver(cfg, base_dir, [Path(sys.argv[0]).name, *sys.argv[1:]])
         result = driver.run()
     except (ConfigError, RunError) as e:
@@ -48,12 +37,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:
-    from cluster.driver import RunError, plan
+    from cluster.orchestration.driver import RunError, plan
 
     bad = 0
     for f in ns.files:
         try:
-            cfg, base_dir = _load(f, {})
+            cfg, base_dir = load_experiment(f, {})
             schedule = plan(cfg, base_dir)
             print(f"{f}: ok ({len(cfg.arms)} arms, {len(schedule.requests)} requests)")
         except (ConfigError, RunError) as e:
@@ -66,11 +55,11 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     """Exit 0 when every arm fits the cluster now, 2 (refused) when one cannot."""
     import ray
 
-    from cluster.driver import RunError, connect_ray, plan, resolve_device
-    from cluster.plan import cluster_nodes, make_plan, peak_rate_rps, render
+    from cluster.orchestration.driver import RunError, connect_ray, plan, resolve_device
+    from cluster.placement.plan import cluster_nodes, make_plan, peak_rate_rps, render
 
     try:
-        cfg, base_dir = _load(ns.experiment, collect_overrides(ns))
+        cfg, base_dir = load_experiment(ns.experiment, collect_overrides(ns))
         schedule = plan(cfg, base_dir)
     except (ConfigError, RunError) as e:
         print(f"moeperf: {e}", file=sys.stderr)
@@ -91,7 +80,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 
 def cmd_schema(ns: argparse.Namespace) -> int:
-    from cluster.schemas import write_schemas
+    from experiment.schemas import write_schemas
 
     for path in write_schemas(Path(ns.out)):
         print(path)
@@ -109,7 +98,7 @@ DELEGATED = {
     # command: (module, help). Each module has main(argv: list[str]) -> int and owns its own options.
     "trace": ("workloads.trace_cli", "Inspect traces before replaying them: moeperf trace stats FILE --kind KIND."),
     "report": ("analysis.report_cli", "Render the report of a saved run: moeperf report runs/<id>."),
-    "nightly": ("cluster.nightly", "Run the nightly experiment and gate on regressions against history."),
+    "nightly": ("cluster.cli.nightly", "Run the nightly experiment and gate on regressions against history."),
     "dashboards": ("dashboards.cli", "Grafana dashboards as code: moeperf dashboards build."),
 }
 

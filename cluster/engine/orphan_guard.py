@@ -4,7 +4,7 @@ Ray kills actors with SIGKILL, which no handler in the actor can see; a vLLM ser
 would hold its port, its RAM and (on GPUs) its devices. This tiny wrapper sits between the actor
 and vLLM, polls its parent, and kills the group it leads when the parent is gone.
 
-Usage: python -m cluster.orphan_guard -- COMMAND...
+Usage: python -m cluster.engine.orphan_guard -- COMMAND...
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _term_on_parent_death() -> None:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("usage: python -m cluster.orphan_guard -- COMMAND...", file=sys.stderr)
+        print("usage: python -m cluster.engine.orphan_guard -- COMMAND...", file=sys.stderr)
         return 2
     cmd = argv[argv.index("--") + 1 :]
     parent = os.getppid()

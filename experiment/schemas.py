@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from cluster.config import ExperimentConfig
-from workloads.results import RunResult
+from experiment.config import ExperimentConfig
+from result_format.run_result import RunResult
 
 SCHEMAS: dict[str, type[BaseModel]] = {"result.schema.json": RunResult, "experiment.schema.json": ExperimentConfig}
 

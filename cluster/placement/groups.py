@@ -11,7 +11,7 @@ from typing import Any
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
-from cluster.config import EngineSpec
+from experiment.config import EngineSpec
 
 
 class PlacementError(RuntimeError):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from cluster.client_placement import alive_nodes, is_head
-from cluster.config import ExperimentConfig
-from cluster.placement import arm_bundles
+from cluster.placement.clients import alive_nodes, is_head
+from cluster.placement.groups import arm_bundles
+from experiment.config import ExperimentConfig
 from workloads.schedule import PlannedRequest
 
 CLIENT_CAPACITY_RPS = 200.0

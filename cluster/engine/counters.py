@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from workloads.results import series_key
+from result_format.run_result import series_key
 
 KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
 COMPILES = "moeperf_triton_compiles_total"

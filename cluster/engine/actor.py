@@ -18,13 +18,13 @@ from typing import Literal
 
 import ray
 
-from cluster.config import EngineSpec, ModelSpec
-from cluster.engine_log import moe_backends_in_log
-from cluster.environment import package_version
-from cluster.server_process import EngineStartError, ServerProcess, free_port
-from cluster.tiny_model import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
+from cluster.engine.server import EngineStartError, ServerProcess, free_port
+from cluster.engine.startup_log import moe_backends_in_log
+from cluster.observability.environment import package_version
+from experiment.config import EngineSpec, ModelSpec
+from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
 from moe_opt.flags import OptimizationFlags
-from workloads.results import EngineInfo
+from result_format.run_result import EngineInfo
 
 PORT_ATTEMPTS = 3
 Device = Literal["cpu", "cuda"]

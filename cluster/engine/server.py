@@ -60,7 +60,7 @@ class ServerProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        guarded = [sys.executable, "-m", "cluster.orphan_guard", "--", *self.argv]
+        guarded = [sys.executable, "-m", "cluster.engine.orphan_guard", "--", *self.argv]
         self.proc = subprocess.Popen(
             guarded,
             env=self.env,

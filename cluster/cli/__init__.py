@@ -1,0 +1,1 @@
+"""The ``moeperf`` command line: options generated from the config model, wired to the other packages."""

@@ -1,0 +1,1 @@
+"""Engine process: one vLLM server per arm, its command line, its start-up log and its counters."""

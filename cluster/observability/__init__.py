@@ -1,0 +1,1 @@
+"""Observability: the harness's own Prometheus endpoint, scrape targets and environment capture."""

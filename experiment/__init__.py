@@ -1,0 +1,1 @@
+"""The experiment file: one strict config model read from YAML, and the JSON Schemas generated from it."""
