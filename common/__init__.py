@@ -1,0 +1,1 @@
+"""Infrastructure every package shares, with no dependency on Ray, vLLM or torch: one implementation each."""
