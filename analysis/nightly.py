@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import stats
 from analysis.samples import ArmSamples, arm_samples
-from analysis.slo import SloSpec, slo_from_config
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
+from experiment.config import ExperimentConfig
+from experiment.slo import SloSpec
 from result_format.run_result import RunResult
 
 EXIT_OK, EXIT_REGRESSION, EXIT_RUN_FAILED = 0, 1, 2
@@ -109,7 +110,7 @@ class _NightCache:
             found = [a for a in run.arms if a.name == arm and a.status == "ok"]
             s = None
             if found:
-                s = arm_samples(arm, found[0].records, self._slo or slo_from_config(run.config))
+                s = arm_samples(arm, found[0].records, self._slo or run.config.slo)
                 s = s if s.n >= 2 else None
             self._samples[key] = s
         return self._samples[key]
@@ -195,8 +196,9 @@ COMPARABLE_CONFIG_KEYS = ("model", "engine", "client", "workload", "placement", 
 """Config sections that must match for two nights to be compared (a changed workload is not a regression)."""
 
 
-def _comparable_config(config: dict[str, object]) -> dict[str, object]:
-    out = {k: config.get(k) for k in COMPARABLE_CONFIG_KEYS}
+def _comparable_config(config: ExperimentConfig) -> dict[str, object]:
+    dumped = config.model_dump(mode="json")
+    out = {k: dumped.get(k) for k in COMPARABLE_CONFIG_KEYS}
     model = out.get("model")
     if isinstance(model, dict):
         out["model"] = {k: v for k, v in model.items() if k != "served_name"}

@@ -12,8 +12,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from analysis.report import FORMATS, load_result, write_report
-from analysis.slo import SloSpec, slo_from_config
 from analysis.verdicts import AnalysisSettings
+from experiment.slo import SloSpec
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         print(f"moeperf report: {run}: not a valid result file: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        base = slo_from_config(result.config)
+        base = result.config.slo
         slo = SloSpec(
             ttft_s=ns.slo_ttft_ms / 1000 if ns.slo_ttft_ms is not None else base.ttft_s,
             tpot_s=ns.slo_tpot_ms / 1000 if ns.slo_tpot_ms is not None else base.tpot_s,

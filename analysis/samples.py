@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.slo import SloSpec
+from experiment.slo import SloSpec, meets_slo
 from result_format.run_result import ArmResult
 from workloads.records import RequestRecord
 
@@ -101,14 +101,6 @@ class ArmSamples:
         return sorted({int(r) for r in self.rounds})
 
 
-def _meets(record: RequestRecord, slo: SloSpec) -> bool:
-    checks = ((record.ttft_s, slo.ttft_s), (record.tpot_s, slo.tpot_s), (record.e2e_s, slo.e2e_s))
-    for value, limit in checks:
-        if limit is not None and (value is None or value > limit):
-            return False
-    return True
-
-
 def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> ArmSamples:
     """Arrays of the arm's successful requests with a first token; failures count against goodput only
     through their absence (they never meet the SLOs)."""
@@ -126,7 +118,7 @@ def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> Ar
         output_tokens=np.array([r.output_tokens or len(r.token_times_s) for r in ok], dtype=np.float64),
         start_s=np.array([r.intended_send_s for r in ok], dtype=np.float64),
         end_s=np.array([r.end_s for r in ok], dtype=np.float64),
-        slo_met=np.array([_meets(r, slo) for r in ok], dtype=bool),
+        slo_met=np.array([meets_slo(r, slo) for r in ok], dtype=bool),
         rounds=np.array([record_round(r) for r in ok], dtype=np.int64),
         slots=np.array([r.index for r in ok], dtype=np.int64),
     )

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import stats
 from analysis.samples import ArmSamples, arm_control_of, arm_samples
-from analysis.slo import SloSpec, slo_from_config
 from analysis.steady_state import steady, warmup_slots
+from experiment.slo import SloSpec
 from result_format.run_result import RunResult
 
 Verdict = Literal["improved", "regressed", "no detectable difference", "not measured"]
@@ -210,7 +210,7 @@ def choose_baseline(result: RunResult, usable: list[str], wanted: str | None) ->
 def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> RunAnalysis:
     """Every ok arm against the baseline; each A/A control against the arm it copies (first, for noise)."""
     settings = settings or AnalysisSettings()
-    slo = settings.slo or slo_from_config(result.config)
+    slo = settings.slo or result.config.slo
     samples: dict[str, ArmSamples] = {}
     skipped: dict[str, str] = {}
     ok_arms = [a.records for a in result.arms if a.status == "ok"]

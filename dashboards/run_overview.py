@@ -93,7 +93,7 @@ def throughput_row() -> list[object]:
             "SLO limits",
             "s",
             [Query('max by (objective) (moeperf_client_slo_seconds{run=~"$run"})', "{{objective}}")],
-            "The limits goodput is counted against (analysis.slo: the experiment's, else the defaults).",
+            "The limits goodput is counted against (the experiment's slo: section).",
             span=8,
         ),
         single(

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from common.strict import FrozenStrictModel
+from experiment.slo import SloSpec
 from modelgen.tiny_moe import TinyMoeSpec
 from moe_opt.flags import OptimizationFlags
 from workloads.traces.azure import AzureTraceSpec
@@ -21,11 +23,7 @@ from workloads.workload import WorkloadSpec
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelSpec(Strict):
+class ModelSpec(FrozenStrictModel):
     path: str | None = Field(
         None,
         description="Model directory (config.json + tokenizer) on every engine node, or a Hugging Face id; "
@@ -50,7 +48,7 @@ class ModelSpec(Strict):
     )
 
 
-class EngineSpec(Strict):
+class EngineSpec(FrozenStrictModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="'auto' picks cuda when the Ray cluster has GPUs, else vLLM's CPU build."
     )
@@ -78,7 +76,7 @@ class EngineSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
 
 
-class ClientSpec(Strict):
+class ClientSpec(FrozenStrictModel):
     max_in_flight: int | None = Field(None, ge=1, description="Cap on requests in flight per arm; null: no cap.")
     request_timeout_s: float = Field(600.0, gt=0, description="A request not finished after this is failed.")
     warmup_requests: int = Field(2, ge=0, description="Requests sent to each engine before the measured replay.")
@@ -98,7 +96,7 @@ class ClientSpec(Strict):
     )
 
 
-class ArmSpec(Strict):
+class ArmSpec(FrozenStrictModel):
     name: str = Field(description="Unique arm name (letters, digits, '_', '.', '-').")
     flags: OptimizationFlags = Field(default_factory=OptimizationFlags, description="Optimizations of this arm.")
     control_of: str | None = Field(
@@ -121,7 +119,7 @@ class ArmSpec(Strict):
         return v
 
 
-class ChaosSpec(Strict):
+class ChaosSpec(FrozenStrictModel):
     """Fault injection for the harness's own tests: kills real engines at chosen points."""
 
     kill_engine_after_records: dict[str, int] = Field(
@@ -134,7 +132,7 @@ class ChaosSpec(Strict):
     )
 
 
-class SimulationSpec(Strict):
+class SimulationSpec(FrozenStrictModel):
     """TEST SETTING for clusters whose GPUs are only declared (ray.cluster_utils.Cluster, num_gpus=8).
 
     Placement uses engine.tensor_parallel_size and real GPU bundles; the engine started inside the
@@ -147,7 +145,7 @@ class SimulationSpec(Strict):
     engine_tensor_parallel_size: int = Field(1, ge=1, description="TP of that CPU engine.")
 
 
-class MetricsSpec(Strict):
+class MetricsSpec(FrozenStrictModel):
     """Prometheus export of a run (dashboards/README.md): engine targets and the harness's client metrics."""
 
     enabled: bool = Field(
@@ -199,7 +197,7 @@ def _default_workload() -> WorkloadSpec:
     )
 
 
-class ExperimentConfig(Strict):
+class ExperimentConfig(FrozenStrictModel):
     schema_version: Literal[1] = Field(1, description="Version of this file's format.")
     name: str = Field("quick-cpu", description="Experiment name; prefixes the run id.")
     output_dir: Path = Field(Path("runs"), description="Where runs/<run-id>/ folders are written.")
@@ -220,6 +218,11 @@ class ExperimentConfig(Strict):
         ge=1,
         description="Rounds. interleaved: arms run A B B A ... on the same resources, a fresh engine each turn; "
         "parallel: engines stay up and the prefix cache is reset and health checked between rounds.",
+    )
+    slo: SloSpec = Field(
+        default_factory=SloSpec,
+        description="Service-level objectives: a request counts towards goodput when it succeeded and meets each "
+        "limit. Used by the live goodput metric, the report and the nightly gate.",
     )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus export of the run.")
     chaos: ChaosSpec = Field(default_factory=ChaosSpec, description="Fault injection (tests only).")

@@ -1,7 +1,9 @@
 """The versioned result file of a run: everything a report needs, without re-running anything.
 
-It lives outside ``cluster`` so that ``analysis`` can read results without importing Ray. The
-config is stored as the resolved JSON mapping (re-validate it with ``experiment.config`` if needed).
+It lives outside ``cluster`` so that the writer (the run driver) and the readers (``analysis``, the
+nightly gate, the report, ``results/h200/tables.py``) share one definition without importing Ray. The
+stored config is the typed experiment model, so a report reads ``result.config.slo`` rather than
+guessing keys of a mapping; files written before it was typed validate unchanged.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import StrictModel as _Model
+from experiment.config import ExperimentConfig
 from moe_opt.flags import OptimizationFlags
 from workloads.health import ClientBound, ClientHealth
 from workloads.metrics import ArmSummary
@@ -34,10 +38,6 @@ def parse_series_key(key: str) -> tuple[str, dict[str, str]]:
     if m is None:
         return key, {}
     return m.group(1), dict(_LABEL.findall(m.group(2)))
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class EngineInfo(_Model):
@@ -132,7 +132,7 @@ class RunResult(_Model):
     started_at: str = Field(description="UTC, ISO 8601.")
     finished_at: str = Field(description="UTC, ISO 8601.")
     command: list[str] = Field(description="The command line that produced this run.")
-    config: dict[str, Any] = Field(description="The resolved experiment config.")
+    config: ExperimentConfig = Field(description="The resolved experiment config.")
     environment: dict[str, Any] = Field(description="Versions and hardware of the driver and the engine nodes.")
     schedule: ScheduleInfo
     arms: list[ArmResult]

@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
 
-from analysis.slo import SloSpec
+from experiment.slo import SloSpec, meets_slo
 from workloads.records import RequestRecord
 
 LABELS = ("run", "arm", "client", "node")
@@ -71,11 +71,6 @@ class _ScrapeClock(Collector):
         return []
 
 
-def _meets(record: RequestRecord, slo: SloSpec) -> bool:
-    checks = ((record.ttft_s, slo.ttft_s), (record.tpot_s, slo.tpot_s), (record.e2e_s, slo.e2e_s))
-    return all(limit is None or (value is not None and value <= limit) for value, limit in checks)
-
-
 class ClientMetrics:
     """Observe every finished record with ``observe``; serve with ``serve``; ``close`` at the end of the run."""
 
@@ -117,7 +112,7 @@ class ClientMetrics:
             o["moeperf_client_errors_total"].labels(*base, record.error_kind or "other").inc()
         else:
             o["moeperf_client_requests_total"].labels(*base, "ok").inc()
-            if _meets(record, self.slo):
+            if meets_slo(record, self.slo):
                 o["moeperf_client_slo_met_requests_total"].labels(*base).inc()
             o["moeperf_client_prompt_tokens_total"].labels(*base).inc(record.prompt_tokens or 0)
             o["moeperf_client_output_tokens_total"].labels(*base).inc(

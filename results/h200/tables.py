@@ -31,15 +31,14 @@ def _ci(m: dict) -> str:
 def main() -> None:
     for run in sorted(p for p in HERE.iterdir() if (p / "result.json").exists()):
         result = load_result(run)
-        tp = result.config["engine"]["tensor_parallel_size"]
+        tp = result.config.engine.tensor_parallel_size
         print(f"### {result.experiment} (`{run.name}`, TP={tp})\n")
         print("| arm | flags | eager | status | compiles in the measured window | compile s | TTFT p50 / p99 "
               "| TPOT p50 | output tok/s | engine ready s |")  # fmt: skip
         print("| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
-        arm_cfg = {a["name"]: a for a in result.config["arms"]}
+        arm_cfg = {a.name: a for a in result.config.arms}
         for a in result.arms:
-            eager = arm_cfg[a.name].get("enforce_eager")
-            eager = result.config["engine"]["enforce_eager"] if eager is None else eager
+            eager = result.config.arm_enforce_eager(arm_cfg[a.name])
             if a.summary is None:
                 print(f"| {a.name} | {a.flags.describe()} | {eager} | failed | | | | | | |")
                 continue

@@ -102,7 +102,16 @@ def test_gate_night_writes_report_and_stores_only_ok_nights(tmp_path, calm_histo
 
 
 def test_nights_with_a_different_workload_are_not_the_baseline(calm_history):
-    changed = [r.model_copy(update={"config": {**r.config, "workload": {"speedup": 9}}}) for r in calm_history]
+    changed = [
+        r.model_copy(
+            update={
+                "config": r.config.model_copy(
+                    update={"workload": r.config.workload.model_copy(update={"speedup": 9.0})}
+                )
+            }
+        )
+        for r in calm_history
+    ]
     v = judge_night(night(7, tpot_scale=1.15), changed, POLICY)
     assert (v.status, v.history_runs) == ("insufficient_history", [])
     assert any("different" in n for n in v.notes)

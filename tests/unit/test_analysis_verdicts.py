@@ -4,9 +4,9 @@ import numpy as np
 
 from analysis.calibration import aa_false_positive_rate
 from analysis.samples import arm_samples
-from analysis.slo import SloSpec
 from analysis.synthetic import SyntheticArm, synthetic_run
 from analysis.verdicts import AnalysisSettings, analyse_run
+from experiment.slo import SloSpec
 
 T0 = "2026-11-01T02:00:00+00:00"
 QUICK = AnalysisSettings(bootstrap_resamples=150)

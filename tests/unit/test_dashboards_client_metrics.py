@@ -8,8 +8,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.slo import SloSpec
 from cluster.observability.client_metrics import METRICS, RUN_METRICS, ClientMetrics
+from experiment.slo import SloSpec
 from workloads.records import RequestRecord
 
 

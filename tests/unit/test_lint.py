@@ -5,7 +5,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ["cluster", "common", "experiment", "modelgen", "result_format", "workloads", "moe_opt", "analysis", "dashboards"]
+PACKAGES = [
+    "cluster",
+    "common",
+    "experiment",
+    "modelgen",
+    "result_format",
+    "workloads",
+    "moe_opt",
+    "analysis",
+    "dashboards",
+]
 
 
 def test_ruff_clean():

@@ -1,20 +1,20 @@
 """Service-level objectives that define goodput: the requests a user would count as served well.
 
-The experiment file has no SLO section yet, so the thresholds come from here (or the report's CLI
-options); a future ``slo`` mapping in the resolved config is honoured when present.
+One rule (``meets_slo``) serves the live Prometheus goodput, the analysis and the nightly gate, so
+the three can never disagree about which request was served well. The thresholds live in the
+experiment file (``slo:``) and are stored with every result.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field
+from common.strict import FrozenStrictModel
+from workloads.records import RequestRecord
 
 
-class SloSpec(BaseModel):
+class SloSpec(FrozenStrictModel):
     """Per-request limits; a request meets the SLOs when it succeeded and is under every set limit."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_s: float | None = Field(2.0, gt=0, description="Time to first token limit in seconds; null: no limit.")
     tpot_s: float | None = Field(0.2, gt=0, description="Mean time per output token limit in seconds; null: none.")
@@ -29,9 +29,9 @@ class SloSpec(BaseModel):
         return " and ".join(parts) if parts else "no limits (every successful request counts)"
 
 
-def slo_from_config(config: dict[str, Any], default: SloSpec | None = None) -> SloSpec:
-    """The run's own SLOs when its config carries an ``slo`` mapping, else ``default``."""
-    raw = config.get("slo")
-    if isinstance(raw, dict):
-        return SloSpec.model_validate(raw)
-    return default or SloSpec()
+def meets_slo(record: RequestRecord, slo: SloSpec) -> bool:
+    """Succeeded, and under every limit that is set (a missing measurement fails a set limit)."""
+    if not record.ok:
+        return False
+    checks = ((record.ttft_s, slo.ttft_s), (record.tpot_s, slo.tpot_s), (record.e2e_s, slo.e2e_s))
+    return all(limit is None or (value is not None and value <= limit) for value, limit in checks)
