@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-split the vLLM bundle parts (.gpu1..N from ../shared/gpu/build-vllm-bundle.sh, 60 MiB each) into
+# Re-split the vLLM bundle parts (.gpu1..N from results/h200/bundle/build-vllm-bundle.sh, 60 MiB each) into
 # smaller ones: a `run` call carries the tracked tree plus one part within 64 MiB, and the tracked tree
 # (results included) has grown past 4 MiB. Run from the repo root; then send .gpu1..M as before.
 set -euo pipefail

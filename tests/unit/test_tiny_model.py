@@ -71,3 +71,21 @@ def test_bf16_model_has_no_quantization_config_and_keeps_its_cache_key(tmp_path)
 def test_block_fp8_checkpoint_needs_whole_blocks():
     with pytest.raises(ValueError, match="intermediate_size to be a multiple of 128"):
         TinyMoeSpec(hidden_size=256, intermediate_size=200, fp8_checkpoint="block_128")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TinyMoeSpec(num_hidden_layers=32, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                    num_key_value_heads=8, max_position_embeddings=32768),  # Mixtral-8x7B
+        TinyMoeSpec(architecture="qwen3_moe", num_hidden_layers=48, hidden_size=2048, intermediate_size=768,
+                    num_local_experts=128, num_experts_per_tok=8, num_attention_heads=32, num_key_value_heads=4,
+                    head_dim=128, max_position_embeddings=32768),  # Qwen3-30B-A3B
+    ],
+    ids=["mixtral-8x7b-32-layers", "qwen3-30b-a3b-48-layers"],
+)  # fmt: skip
+def test_full_depth_models_are_written_at_their_real_depth(tmp_path, spec):
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(str(ensure_tiny_model(spec, tmp_path)))
+    assert cfg.num_hidden_layers == spec.num_hidden_layers
