@@ -48,6 +48,9 @@ class ModelSpec(FrozenStrictModel):
     )
 
 
+CacheState = Literal["shared_warm", "cold_per_arm", "as_found"]
+
+
 class EngineSpec(FrozenStrictModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="'auto' picks cuda when the Ray cluster has GPUs, else vLLM's CPU build."
@@ -67,13 +70,35 @@ class EngineSpec(FrozenStrictModel):
         description="Address the server binds: loopback keeps clients on the engine's node; 'node-ip' binds the "
         "node's Ray address so client actors on other nodes can reach it.",
     )
-    fresh_triton_cache: bool = Field(
-        False,
-        description="Give every engine empty JIT caches (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT "
-        "with its torch.compile artefacts), so each arm pays its own JIT compiles.",
+    cache_state: CacheState = Field(
+        "shared_warm",
+        description="JIT cache state every engine starts in, the same for every arm. 'shared_warm': all engines "
+        "of the run share one run-scoped cache (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT) that "
+        "a warm-up pass fills before the first measured arm (one unmeasured replay per distinct arm setting), as "
+        "a long-running service would have it. 'cold_per_arm': every engine gets empty caches and pays its own "
+        "compiles. 'as_found': whatever the node's caches hold (arms may start in different states; the report "
+        "marks comparisons where one side compiled and the other did not). Old files' fresh_triton_cache: true "
+        "reads as cold_per_arm, false as as_found.",
     )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_fresh_triton_cache(cls, data: Any) -> Any:
+        """Files (and stored results) from before cache_state said ``fresh_triton_cache: true|false``."""
+        if isinstance(data, dict) and "fresh_triton_cache" in data:
+            data = dict(data)
+            fresh = data.pop("fresh_triton_cache")
+            if "cache_state" in data:
+                raise ValueError("fresh_triton_cache: replaced by cache_state; give cache_state only")
+            data["cache_state"] = "cold_per_arm" if fresh else "as_found"
+        return data
+
+    @property
+    def fresh_triton_cache(self) -> bool:
+        """Every engine gets its own empty JIT caches."""
+        return self.cache_state == "cold_per_arm"
 
 
 class ClientSpec(FrozenStrictModel):
@@ -209,7 +234,9 @@ class ExperimentConfig(FrozenStrictModel):
         description="'interleaved': arms one after another on the same resources; 'parallel': all arms at once.",
     )
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model every arm serves.")
-    engine: EngineSpec = Field(default_factory=lambda: EngineSpec(enforce_eager=True), description="vLLM engines.")
+    engine: EngineSpec = Field(
+        default_factory=lambda: EngineSpec(enforce_eager=True, cache_state="cold_per_arm"), description="vLLM engines."
+    )
     client: ClientSpec = Field(default_factory=ClientSpec, description="The load generator.")
     arms: list[ArmSpec] = Field(default_factory=_default_arms, min_length=1, description="The arms to compare.")
     workload: WorkloadSpec = Field(default_factory=_default_workload, description="Trace and its scaling.")

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from common.strict import StrictModel as _Model
 from experiment.config import ExperimentConfig
@@ -21,7 +21,9 @@ from workloads.health import ClientBound, ClientHealth
 from workloads.metrics import ArmSummary
 from workloads.records import RequestRecord
 
-RESULT_SCHEMA_VERSION: Literal[1] = 1
+RESULT_SCHEMA_VERSION: Literal[2] = 2
+"""2: the engine's JIT cache state is recorded (``config.engine.cache_state``). A version-1 file did not
+record it, so it loads as ``as_found``: nothing guaranteed its arms started equally warm."""
 
 _SERIES_KEY = re.compile(r"^([^{]+)\{(.*)\}$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -123,7 +125,7 @@ class ScheduleInfo(_Model):
 
 
 class RunResult(_Model):
-    schema_version: Literal[1] = RESULT_SCHEMA_VERSION
+    schema_version: Literal[1, 2] = RESULT_SCHEMA_VERSION
     run_id: str
     experiment: str
     status: Literal["ok", "failed", "interrupted"] = Field(
@@ -137,6 +139,16 @@ class RunResult(_Model):
     schedule: ScheduleInfo
     arms: list[ArmResult]
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        if not (isinstance(data, dict) and data.get("schema_version") == 1 and isinstance(data.get("config"), dict)):
+            return data
+        engine = dict(data["config"].get("engine") or {})
+        if "cache_state" not in engine and "fresh_triton_cache" not in engine:
+            engine["cache_state"] = "as_found"
+        return {**data, "config": {**data["config"], "engine": engine}}
 
     def arm(self, name: str) -> ArmResult:
         for a in self.arms:
