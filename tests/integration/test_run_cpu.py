@@ -15,7 +15,7 @@ def test_two_arms_every_request_measured(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = run_dir_of(tmp_path)
     res = load_result(run_dir)
-    assert res["schema_version"] == 1 and res["status"] == "ok"
+    assert res["schema_version"] == 2 and res["status"] == "ok"
     assert [a["name"] for a in res["arms"]] == ["baseline", "all-optimizations"]
     for arm in res["arms"]:
         assert arm["status"] == "ok"
