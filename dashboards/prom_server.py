@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from common.ports import free_port
+from common.readiness import ServerExited, ServerNotReady, wait_ready
 
 CONFIG = Path(__file__).resolve().parent / "prometheus" / "prometheus.yml"
 DEFAULT_TARGETS_DIR = "/tmp/moeperf/prometheus"
@@ -49,12 +50,6 @@ def render_config(
             if job["job_name"] == "prometheus":
                 job["static_configs"] = [{"targets": [self_address]}]
     return str(yaml.safe_dump(data, sort_keys=False))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class PrometheusError(RuntimeError):
@@ -87,18 +82,14 @@ class Prometheus:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise PrometheusError(f"prometheus exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        raise PrometheusError(f"prometheus not ready after {timeout_s:.0f} s: {self.log.read_text()[-2000:]}")
+        try:
+            wait_ready(f"{self.url}/-/ready", self.proc.poll, timeout_s, poll_interval_s=0.2)
+        except ServerExited as e:
+            raise PrometheusError(f"prometheus exited ({e.code}): {self.log.read_text()[-2000:]}") from None
+        except ServerNotReady:
+            raise PrometheusError(
+                f"prometheus not ready after {timeout_s:.0f} s: {self.log.read_text()[-2000:]}"
+            ) from None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

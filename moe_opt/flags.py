@@ -9,9 +9,12 @@ ignored, because a silently ignored flag turns an A/B test into an A/A test.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from common.strict import FrozenStrictModel
 
 FLAGS_ENV_VAR = "MOEPERF_ARM_FLAGS"
 """Environment variable carrying the arm's flags (JSON) to the worker plugin in every vLLM process."""
@@ -24,10 +27,12 @@ class UnsupportedFlagCombination(ValueError):
     """The flags ask for something the selected backend or platform cannot do."""
 
 
-class OptimizationFlags(BaseModel):
-    """What an arm switches on; ``None`` means "leave vLLM's own default alone"."""
+class OptimizationFlags(FrozenStrictModel):
+    """What an arm switches on; ``None`` means "leave vLLM's own default alone".
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Also what the worker plugin decodes from ``MOEPERF_ARM_FLAGS`` inside every vLLM process, so a
+    flag's default and its meaning live here only.
+    """
 
     swap_ab: bool | None = Field(
         None,
@@ -93,7 +98,8 @@ class OptimizationFlags(BaseModel):
         return " ".join(parts)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str]) -> OptimizationFlags | None:
+    def from_env(cls, environ: Mapping[str, str]) -> OptimizationFlags | None:
+        """None without the variable; raises ValueError (JSON or validation) on a value that is not flags."""
         raw = environ.get(FLAGS_ENV_VAR)
         return None if raw is None else cls.model_validate(json.loads(raw))
 

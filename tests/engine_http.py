@@ -1,21 +1,49 @@
-"""Talking to a real vLLM server in tests: one completion, its /metrics as samples, polling with a deadline.
+"""Real vLLM servers in tests: started as the harness starts them, one completion, /metrics as samples.
 
-Shared by the CPU engine tests and the GPU engine test so both read the plugin's metrics the same way.
+Shared by the CPU engine tests and the GPU engine test, so every test engine has the EngineActor's
+command line, orphan guard and port-clash retry, and all read the plugin's metrics the same way.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.engine.command import Device, PluginLabels, ServerCommand, server_command
 from cluster.engine.server import ServerProcess
+from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import SPECIAL_TOKENS
+from moe_opt.flags import OptimizationFlags
+from tests.integration.conftest import clean_env
+
+HOST = "127.0.0.1"
+
+
+def engine_server(
+    tmp_path: Path,
+    model: ModelSpec,
+    model_path: Path,
+    engine: EngineSpec,
+    *,
+    flags: OptimizationFlags | None,
+    labels: PluginLabels | None = None,
+    device: Device = "cpu",
+) -> ServerProcess:
+    """Not yet started (use it as a context manager); its logs and a fresh metrics dir per start in tmp_path."""
+
+    def command(port: int) -> ServerCommand:
+        metrics_dir = Path(tempfile.mkdtemp(prefix="prom-", dir=tmp_path))
+        return server_command(
+            model, str(model_path), engine, device, HOST, port, flags=flags, labels=labels, metrics_dir=metrics_dir
+        )
+
+    return ServerProcess(command, clean_env(), tmp_path, HOST)
 
 
 def complete(server: ServerProcess, name: str, n_prompt: int, max_tokens: int) -> None:
@@ -58,14 +86,3 @@ def poll(fn: Callable[[], Samples], ok: Callable[[Samples], bool], deadline_s: f
 def series(samples: Samples, spec_name: str, kind: str) -> list[dict[str, str]]:
     name = spec_name if kind != "histogram" else spec_name + "_count"
     return [dict(ls) for (n, ls), _ in samples.items() if n == name]
-
-
-@contextmanager
-def serving(argv: list[str], env: dict[str, str], tmp_path: Path, host: str, port: int) -> Iterator[ServerProcess]:
-    """A started server, its log in tmp_path/server.log, stopped (process group and all) however the test ends."""
-    server = ServerProcess(argv, env, tmp_path / "server.log", host, port)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()

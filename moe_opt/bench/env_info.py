@@ -1,28 +1,15 @@
-"""What every result file must say about where and how it was measured."""
+"""What every kernel-benchmark result must say about where and how it was measured.
+
+The machine facts come from ``common.environment`` (standard library only, like this box may be);
+only what torch and Triton themselves know is read here.
+"""
 
 from __future__ import annotations
-
-import datetime as dt
-import platform
-import shlex
-import subprocess
-import sys
 
 import torch
 import triton
 
-
-def _driver_version() -> str:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+from common.environment import command_line, driver_version, python_version, utc_now_iso
 
 
 def environment() -> dict:
@@ -31,12 +18,11 @@ def environment() -> dict:
     return {
         "gpu": gpu,
         "gpu_count": torch.cuda.device_count(),
-        "driver": _driver_version(),
+        "driver": driver_version(),
         "cuda_runtime": torch.version.cuda,
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "python": platform.python_version(),
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        # orig_argv keeps "-m moe_opt.bench.run" as typed (sys.argv[0] would be the module's file path).
-        "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
+        "python": python_version(),
+        "date_utc": utc_now_iso(),
+        "command": command_line(),
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-FLAGS = '{"swap_ab":null,"moe_backend":"auto","no_respecialize":false}'
+from cluster.engine.command import PluginLabels, ServerCommand, server_command
+from cluster.engine.server import ServerProcess
+from common.environment import package_version
+from experiment.config import EngineSpec, ModelSpec
+from moe_opt.flags import FLAGS_ENV_VAR, OptimizationFlags
+
+HOST = "127.0.0.1"
+RUN_ID = "plugin-cost"
+# The flags are the baseline: only the instruments differ between the two engines.
+ENGINE = EngineSpec(enforce_eager=True, cpu_kvcache_space_gib=1.0)
 FIRST_TOKEN_ID = 3  # the tiny model's ids 3..97 are printable bytes
 FLUSH_EVERY_STEPS = 50  # 0.5 s flush period / 10 ms steps: flushes more often than any real engine
 
@@ -112,36 +122,32 @@ def run_micro(steps: int, batch: int, prefill_every: int) -> dict[str, float]:
 
 # ----- engine A/B ----------------------------------------------------------------------------------------
 class Engine:
-    def __init__(self, name: str, model: str, port: int, instrumented: bool, workdir: Path) -> None:
-        self.name, self.port = name, port
-        prom = workdir / f"prom-{name}"
-        prom.mkdir(parents=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("MOEPERF_ARM_FLAGS", "TRITON_INTERPRET")}
-        env.update(VLLM_CPU_KVCACHE_SPACE="1", PROMETHEUS_MULTIPROC_DIR=str(prom))
-        if instrumented:
-            env.update(MOEPERF_ARM_FLAGS=FLAGS, MOEPERF_ARM="instrumented", MOEPERF_ENGINE=name)
-        self.argv = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--load-format", "dummy",
-            "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "1024", "--served-model-name", name,
-            "--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12",
-        ]  # fmt: skip
-        self.log = (workdir / f"{name}.log").open("wb")
-        self.proc = subprocess.Popen(self.argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{port}"
+    """One of the two engines: the harness's own server (same command line and start-up) on 127.0.0.1."""
+
+    def __init__(self, name: str, model: str, instrumented: bool, workdir: Path) -> None:
+        self.name = name
+        # Without flags the plugin stays inert: the bare engine runs as if moeperf were not installed.
+        base_env = {k: v for k, v in os.environ.items() if k not in (FLAGS_ENV_VAR, "TRITON_INTERPRET")}
+        flags = OptimizationFlags() if instrumented else None
+        labels = PluginLabels("instrumented", RUN_ID, name, platform.node()) if instrumented else None
+
+        def command(port: int) -> ServerCommand:
+            # Fresh per start, as in the EngineActor: vLLM sums every .db file in it, a failed attempt's too.
+            metrics_dir = Path(tempfile.mkdtemp(prefix=f"prom-{name}-", dir=workdir))
+            spec = ModelSpec(served_name=name)
+            return server_command(
+                spec, model, ENGINE, "cpu", HOST, port, flags=flags, labels=labels, metrics_dir=metrics_dir
+            )
+
+        self.server = ServerProcess(command, base_env, workdir / name, HOST)
+        self.server.start()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
 
     def wait_healthy(self, timeout_s: float) -> None:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engine {self.name} exited with {self.proc.returncode}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)  # polling interval
-        raise TimeoutError(f"engine {self.name} not healthy after {timeout_s} s")
+        self.server.wait_healthy(timeout_s)
 
     def complete(self, prompt_len: int, max_tokens: int, seed: int) -> int:
         prompt = [FIRST_TOKEN_ID + (seed + i) % 90 for i in range(prompt_len)]
@@ -155,9 +161,10 @@ class Engine:
         """CPU seconds used so far by the server and every process it forked (engine core, worker)."""
         import psutil
 
-        root = psutil.Process(self.proc.pid)
+        assert self.server.proc is not None
+        guard = psutil.Process(self.server.proc.pid)  # orphan_guard: its own polling is not the engine's cost
         total = 0.0
-        for p in [root, *root.children(recursive=True)]:
+        for p in guard.children(recursive=True):
             try:
                 t = p.cpu_times()
                 total += t.user + t.system
@@ -182,13 +189,7 @@ class Engine:
             return r.read().decode()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+        self.server.stop()
 
 
 def step_totals(metrics_text: str) -> dict[str, float]:
@@ -208,21 +209,13 @@ def step_totals(metrics_text: str) -> dict[str, float]:
     return out
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def engine_ab(model: str, trials: int, concurrency: int, prompt_len: int, max_tokens: int) -> dict[str, Any]:
     tag = f"{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="moeperf-plugin-cost-") as d:
         work = Path(d)
         engines = {
-            "off": Engine(f"cost-off-{tag}", model, free_port(), False, work),
-            "on": Engine(f"cost-on-{tag}", model, free_port(), True, work),
+            "off": Engine(f"cost-off-{tag}", model, False, work),
+            "on": Engine(f"cost-on-{tag}", model, True, work),
         }
         try:
             for e in engines.values():
@@ -283,26 +276,12 @@ def environment() -> dict[str, Any]:
     from moe_opt.bench.env_info import environment as base
 
     env = base()
-    try:
-        from importlib.metadata import version
-
-        env["vllm"] = version("vllm-cpu")
-    except Exception:  # noqa: BLE001
-        env["vllm"] = "unknown"
-    env["prometheus_client"] = _pkg("prometheus_client")
+    env["vllm"] = package_version("vllm-cpu") or "unknown"
+    env["prometheus_client"] = package_version("prometheus_client") or "unknown"
     env["cpu_count"] = os.cpu_count()
     env["loadavg_at_start"] = os.getloadavg()
     env["machine"] = os.uname().nodename + " " + os.uname().machine
     return env
-
-
-def _pkg(name: str) -> str:
-    from importlib.metadata import version
-
-    try:
-        return version(name)
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import logging
 import os
 from typing import Any
 
+from moe_opt.flags import OptimizationFlags
 from moe_opt.plugin.buffered import Buffer
 from moe_opt.plugin.gpu import NvmlSampler, identify
 from moe_opt.plugin.metrics import Metrics
@@ -40,12 +41,11 @@ class _State:
 STATE = _State()
 
 
-def _flags_labels(flags: dict[str, Any]) -> dict[str, str]:
-    swap = flags.get("swap_ab")
+def _flags_labels(flags: OptimizationFlags) -> dict[str, str]:
     return {
-        "swap_ab": "vllm_default" if swap is None else str(bool(swap)).lower(),
-        "moe_backend": str(flags.get("moe_backend", "auto")),
-        "no_respecialize": str(bool(flags.get("no_respecialize", False))).lower(),
+        "swap_ab": "vllm_default" if flags.swap_ab is None else str(flags.swap_ab).lower(),
+        "moe_backend": flags.moe_backend,
+        "no_respecialize": str(flags.no_respecialize).lower(),
     }
 
 

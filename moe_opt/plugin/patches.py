@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+from moe_opt.flags import OptimizationFlags
+
 logger = logging.getLogger(__name__)
 
 FlagStatus = Literal["applied", "vllm_default", "not_applicable_cpu"]
@@ -164,7 +166,7 @@ def verify_moe_backend(requested: str, engine_backend: Any, vllm_version: str) -
 
 
 def apply_flags(
-    flags: dict[str, Any],
+    flags: OptimizationFlags,
     *,
     on_gpu: bool,
     vllm_version: str,
@@ -178,9 +180,7 @@ def apply_flags(
     ``missing_target`` (test only) names a flag whose target is replaced by one that cannot exist, to
     exercise the refusal path end to end.
     """
-    swap_ab = flags.get("swap_ab")
-    backend = str(flags.get("moe_backend", "auto"))
-    no_respec = bool(flags.get("no_respecialize", False))
+    swap_ab, backend, no_respec = flags.swap_ab, flags.moe_backend, flags.no_respecialize
     status: dict[str, FlagStatus] = {
         "swap_ab": "vllm_default" if swap_ab is None else "applied",
         "moe_backend": "vllm_default" if backend == "auto" else "applied",
@@ -196,7 +196,7 @@ def apply_flags(
         return MISSING_SUFFIX if missing_target == flag else ""
 
     if swap_ab is not None:
-        patch_swap_ab(bool(swap_ab), vllm_version, name=SWAP_AB_NAME + suffix("swap_ab"), import_module=import_module)
+        patch_swap_ab(swap_ab, vllm_version, name=SWAP_AB_NAME + suffix("swap_ab"), import_module=import_module)
     if backend != "auto":
         verify_moe_backend(backend, None if suffix("moe_backend") else engine_moe_backend, vllm_version)
     if no_respec:

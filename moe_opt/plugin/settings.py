@@ -4,6 +4,10 @@ Everything the plugin does is driven by environment variables that the EngineAct
 server, so that every vLLM process of one engine (API server, engine core, one worker per rank) sees
 the same values without any RPC. Without ``MOEPERF_ARM_FLAGS`` the plugin does nothing at all: a
 vLLM engine not started by moeperf must behave exactly as without the plugin installed.
+
+The flags are decoded with ``OptimizationFlags``, the same model the experiment file uses, so the
+plugin can neither default a flag differently nor accept one the harness would refuse. This module
+runs inside vLLM's processes: it may use pydantic (vLLM needs it) but never ``cluster``.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-FLAGS_ENV = "MOEPERF_ARM_FLAGS"  # same name as moe_opt.flags.FLAGS_ENV_VAR (pinned by a unit test)
+from moe_opt.flags import FLAGS_ENV_VAR, OptimizationFlags
+
 ARM_ENV = "MOEPERF_ARM"
 RUN_ID_ENV = "MOEPERF_RUN_ID"
 ENGINE_ENV = "MOEPERF_ENGINE"
@@ -41,7 +45,7 @@ class RankDelay:
 
 @dataclass(frozen=True)
 class PluginSettings:
-    flags: dict[str, Any]
+    flags: OptimizationFlags
     arm: str
     run_id: str
     engine: str | None  # None: use the served model name
@@ -67,22 +71,21 @@ def _parse_rank_delay(raw: str | None) -> RankDelay | None:
 def load_settings(environ: Mapping[str, str] | None = None) -> PluginSettings | None:
     """None when this engine was not started for a moeperf arm (the plugin then stays inert)."""
     env = os.environ if environ is None else environ
-    raw = env.get(FLAGS_ENV)
-    if raw is None:
+    try:
+        flags = OptimizationFlags.from_env(env)
+    except ValueError as e:  # not JSON, or not flags moeperf would run (unknown key, meaningless combination)
+        raise PluginConfigError(f"{FLAGS_ENV_VAR} is not a valid set of flags: {e}") from e
+    if flags is None:
         return None
     try:
-        flags = json.loads(raw)
         extra = json.loads(env.get(EXTRA_NO_RESPECIALIZE_ENV) or "{}")
     except json.JSONDecodeError as e:
-        raise PluginConfigError(f"{FLAGS_ENV} or {EXTRA_NO_RESPECIALIZE_ENV} is not JSON: {e}") from e
-    if not isinstance(flags, dict) or not isinstance(extra, dict):
-        raise PluginConfigError(f"{FLAGS_ENV} and {EXTRA_NO_RESPECIALIZE_ENV} must be JSON objects")
+        raise PluginConfigError(f"{EXTRA_NO_RESPECIALIZE_ENV} is not JSON: {e}") from e
+    if not isinstance(extra, dict):
+        raise PluginConfigError(f"{EXTRA_NO_RESPECIALIZE_ENV} must be a JSON object")
     # Kernels the experiment lists besides vLLM's fused_moe_kernel: {"module:kernel": [arg, ...]}, from the
-    # arm's flags (field no_respecialize_kernels, when OptimizationFlags has it) or the separate variable.
-    listed = flags.get("no_respecialize_kernels") or {}
-    if not isinstance(listed, dict):
-        raise PluginConfigError(f"{FLAGS_ENV}: no_respecialize_kernels must be an object")
-    extra = {**listed, **extra}
+    # arm's flags or the separate variable (which wins).
+    extra = {**flags.no_respecialize_kernels, **extra}
     port = env.get(METRICS_PORT_ENV)
     return PluginSettings(
         flags=flags,

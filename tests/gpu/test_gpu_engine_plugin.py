@@ -7,7 +7,7 @@ cold-start runs this product measures. With two GPUs visible the same checks run
 sync-stall histogram must have a series for each rank.
 
 Needs vLLM (CUDA build) and a GPU; on the H200 test machine vLLM comes from the bundle of
-``../shared/gpu/build-vllm-bundle.sh`` (results/h200/README.md). The plugin is found through its
+``results/h200/bundle/build-vllm-bundle.sh`` (results/h200/README.md). The plugin is found through its
 ``vllm.general_plugins`` entry point; where moeperf is not pip-installed (the bundle), the test writes
 that entry point into a dist-info on the engine's PYTHONPATH.
 """
@@ -16,25 +16,22 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from cluster.engine.server import ServerProcess, free_port
+from cluster.engine.command import PluginLabels
+from cluster.engine.server import ServerProcess
+from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
+from moe_opt.flags import OptimizationFlags
 from moe_opt.plugin.metrics import GPU_SPECS
-from tests.engine_http import Samples, complete, poll, scrape, series, serving, total
-from tests.integration.conftest import clean_env
+from tests.engine_http import Samples, complete, engine_server, poll, scrape, series, total
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.integration]
 
 torch = pytest.importorskip("torch")
-HOST = "127.0.0.1"
 # Mixtral's MoE widths at one layer pair: big enough for the tuned FP8 Triton path, quick to start.
 SPEC = TinyMoeSpec(num_hidden_layers=2, hidden_size=4096, intermediate_size=14336, num_local_experts=8,
                    num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=8)  # fmt: skip
@@ -58,32 +55,22 @@ def _plugin_dist_info(tmp_path: Path) -> list[str]:
     return [str(tmp_path / "ep"), str(Path(__file__).resolve().parents[2])]
 
 
-@contextmanager
-def gpu_engine(tmp_path: Path, name: str, tp: int, flags: dict) -> Iterator[ServerProcess]:
-    port = free_port(HOST)
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ensure_tiny_model(SPEC, tmp_path)),
-        "--load-format", "dummy", "--port", str(port), "--host", HOST, "--max-model-len", "2048",
-        "--served-model-name", name, "--dtype", "bfloat16", "--quantization", "fp8", "--moe-backend", "triton",
-        "--enforce-eager", "--gpu-memory-utilization", "0.4", "--tensor-parallel-size", str(tp),
-    ]  # fmt: skip
-    if tp > 1:
-        argv += ["--distributed-executor-backend", "mp"]
-    env = clean_env()
+def gpu_engine(tmp_path: Path, name: str, tp: int, flags: OptimizationFlags) -> ServerProcess:
+    """FP8 MoE on the arm's backend (``--moe-backend`` comes from the flags, as in a measured arm)."""
     path = _plugin_dist_info(tmp_path) + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env |= {
+    env = {
         "PYTHONPATH": os.pathsep.join(path),
-        "MOEPERF_ARM_FLAGS": json.dumps(flags),
-        "MOEPERF_ARM": "arm-gpu",
-        "MOEPERF_RUN_ID": "run-gpu",
-        "MOEPERF_ENGINE": name,
-        "MOEPERF_NODE": "node-gpu",
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),  # empty: every Triton kernel is compiled, none loaded
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"),
     }
-    (tmp_path / "prom").mkdir()
-    with serving(argv, env, tmp_path, HOST, port) as server:
-        yield server
+    return engine_server(
+        tmp_path,
+        ModelSpec(served_name=name, max_model_len=2048, quantization="fp8"),
+        ensure_tiny_model(SPEC, tmp_path),
+        EngineSpec(tensor_parallel_size=tp, gpu_memory_utilization=0.4, enforce_eager=True, env=env),
+        flags=flags,
+        labels=PluginLabels(arm="arm-gpu", run_id="run-gpu", engine=name, node="node-gpu"),
+        device="cuda",
+    )
 
 
 def _serve_and_scrape(server: ServerProcess, name: str) -> Samples:
@@ -124,8 +111,7 @@ def test_real_gpu_engine_reports_fused_moe_compiles_and_per_rank_metrics(tmp_pat
     if _gpus() < tp:
         pytest.skip(f"needs {tp} GPU(s), {_gpus()} visible")
     name = f"gpu-tp{tp}-{tmp_path.name}"
-    flags = {"swap_ab": None, "moe_backend": "triton", "no_respecialize": False}
-    with gpu_engine(tmp_path, name, tp, flags) as server:
+    with gpu_engine(tmp_path, name, tp, OptimizationFlags(moe_backend="triton")) as server:
         samples = _serve_and_scrape(server, name)
     ranks = [str(r) for r in range(tp)]
     _assert_compiles_and_rank_series(samples, ranks)

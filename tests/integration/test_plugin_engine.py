@@ -1,55 +1,42 @@
 """The plugin inside real vLLM CPU engines: per-rank metrics on the engine's own /metrics endpoint.
 
-Engines are started the way the EngineActor starts them (same server module, a fresh
-PROMETHEUS_MULTIPROC_DIR per engine), with unique ports and served names. No sleeps as
+Engines are started the way the EngineActor starts them (same command line and server module, a
+fresh PROMETHEUS_MULTIPROC_DIR per start), with unique ports and served names. No sleeps as
 synchronisation: every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from cluster.engine.server import EngineStartError, ServerProcess, free_port
+from cluster.engine.command import PluginLabels
+from cluster.engine.server import EngineStartError, ServerProcess
+from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
+from moe_opt.flags import OptimizationFlags
 from moe_opt.plugin.metrics import GPU_SPECS, SPECS
-from tests.engine_http import Samples, complete, poll, scrape, series, serving, total
-from tests.integration.conftest import clean_env
+from tests.engine_http import Samples, complete, engine_server, poll, scrape, series, total
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-HOST = "127.0.0.1"
 COMPILE_SPECS = {"moeperf_triton_compiles_total", "moeperf_triton_cache_hits_total", "moeperf_triton_compile_seconds"}
 # What a CPU engine can show: no Triton kernel runs there and there is no GPU for NVML.
 CPU_VISIBLE = [s for s in SPECS if s not in GPU_SPECS and s.name not in COMPILE_SPECS]
 DELAY_S = 0.05
 
 
-@contextmanager
-def engine(tmp_path: Path, name: str, tp: int, flags: dict, extra_env: dict[str, str]) -> Iterator[ServerProcess]:
-    model = str(ensure_tiny_model(TinyMoeSpec()))
-    port = free_port(HOST)
-    argv = [
-        "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--load-format", "dummy",
-        "--port", str(port), "--host", HOST, "--max-model-len", "1024", "--served-model-name", name,
-        "--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12",
-    ]  # fmt: skip
-    env = clean_env()
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", MOEPERF_ARM_FLAGS=json.dumps(flags), MOEPERF_ARM="arm-x",
-               MOEPERF_RUN_ID="run-1", MOEPERF_ENGINE=name, MOEPERF_NODE="node-a")  # fmt: skip
-    prom = tmp_path / "prom"
-    prom.mkdir()
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(prom)
-    if tp > 1:
-        argv += ["--tensor-parallel-size", str(tp), "--distributed-executor-backend", "mp"]
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
-    env.update(extra_env)
-    with serving(argv, env, tmp_path, HOST, port) as server:
-        yield server
+def engine(tmp_path: Path, name: str, tp: int, flags: OptimizationFlags, extra_env: dict[str, str]) -> ServerProcess:
+    """A CPU engine of the tiny model for arm ``arm-x``; ``extra_env`` holds the plugin's test-only knobs."""
+    return engine_server(
+        tmp_path,
+        ModelSpec(served_name=name),
+        ensure_tiny_model(TinyMoeSpec()),
+        EngineSpec(tensor_parallel_size=tp, enforce_eager=True, env=extra_env),
+        flags=flags,
+        labels=PluginLabels(arm="arm-x", run_id="run-1", engine=name, node="node-a"),
+    )
 
 
 def assert_table_metrics_per_rank(samples: Samples, name: str, ranks: list[str]) -> None:
@@ -66,7 +53,7 @@ def assert_table_metrics_per_rank(samples: Samples, name: str, ranks: list[str])
 
 def test_tp1_per_rank_metrics_and_flags_info(tmp_path: Path) -> None:
     name = f"plug-tp1-{tmp_path.name}"
-    flags = {"swap_ab": True, "moe_backend": "auto", "no_respecialize": True}
+    flags = OptimizationFlags(swap_ab=True, no_respecialize=True)
     with engine(tmp_path, name, 1, flags, {}) as server:
         server.wait_healthy(300)
         complete(server, name, 16, 4)
@@ -83,8 +70,7 @@ def test_tp1_per_rank_metrics_and_flags_info(tmp_path: Path) -> None:
 
 def test_tp2_every_metric_per_rank_and_stall_matches_injected_delay(tmp_path: Path) -> None:
     name = f"plug-tp2-{tmp_path.name}"
-    flags = {"swap_ab": None, "moe_backend": "auto", "no_respecialize": False}
-    with engine(tmp_path, name, 2, flags, {"MOEPERF_TEST_RANK_DELAY": f"1:{DELAY_S}"}) as server:
+    with engine(tmp_path, name, 2, OptimizationFlags(), {"MOEPERF_TEST_RANK_DELAY": f"1:{DELAY_S}"}) as server:
         server.wait_healthy(400)
         complete(server, name, 16, 4)  # warm-up: first steps pay one-off CPU kernel set-up
         stall = "moeperf_rank_sync_stall_seconds"
@@ -114,11 +100,11 @@ def test_tp2_every_metric_per_rank_and_stall_matches_injected_delay(tmp_path: Pa
 
 def test_missing_patch_target_stops_the_engine_with_the_message(tmp_path: Path) -> None:
     name = f"plug-missing-{tmp_path.name}"
-    flags = {"swap_ab": True, "moe_backend": "auto", "no_respecialize": False}
+    flags = OptimizationFlags(swap_ab=True)
     extra = {"MOEPERF_TEST_FORCE_PATCHES": "1", "MOEPERF_TEST_MISSING_TARGET": "swap_ab"}
     with engine(tmp_path, name, 1, flags, extra) as server:
         with pytest.raises(EngineStartError) as e:
             server.wait_healthy(300)
         assert server.poll() is not None
-    log = (tmp_path / "server.log").read_text()
+    log = server.log_path.read_text()
     assert "moeperf: flag 'swap_ab' cannot be applied on vLLM 0.32.0" in log, e.value.log_tail

@@ -6,16 +6,15 @@ move; the same schedule with the blocks made unique is the control, and must not
 
 import asyncio
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
+from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
-from tests.integration.conftest import clean_env, served_name_for
-from tests.integration.fake_openai import loopback_port
+from tests.engine_http import engine_server
+from tests.integration.conftest import served_name_for
 from workloads.client import ClientSettings, replay
 from workloads.traces.mooncake import MooncakeTraceSpec
 from workloads.workload import WorkloadSpec, build_schedule
@@ -25,50 +24,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HITS = re.compile(r"^vllm:prefix_cache_hits_total\{[^}]*\}\s+([0-9.e+]+)$", re.M)
 
 
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.read().decode()
-
-
 def prefix_cache_hits(base: str) -> float:
-    return sum(float(v) for v in HITS.findall(_get(f"{base}/metrics")))
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+        return sum(float(v) for v in HITS.findall(r.read().decode()))
 
 
 @pytest.fixture
 def engine(tmp_path):
-    model = ensure_tiny_model(TinyMoeSpec())
-    port, name = loopback_port(), served_name_for(tmp_path)
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy",
-        "--dtype", "bfloat16", "--max-model-len", "1024", "--gpu-memory-utilization", "0.12", "--enforce-eager",
-    ]  # fmt: skip
-    env = {**clean_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = (tmp_path / "engine.log").open("w")
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:  # polling a process we do not control: the only way to learn it is up
-            if proc.poll() is not None:
-                pytest.fail(f"engine exited {proc.returncode}:\n{(tmp_path / 'engine.log').read_text()[-3000:]}")
-            try:
-                if _get(f"{base}/health") is not None:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("engine not healthy after 600 s")
-            time.sleep(0.5)
-        yield base, name
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    """A CPU engine of the tiny model without the plugin (no arm flags): only vLLM's own prefix cache counts."""
+    name = served_name_for(tmp_path)
+    model = ModelSpec(served_name=name)
+    with engine_server(
+        tmp_path, model, ensure_tiny_model(TinyMoeSpec()), EngineSpec(enforce_eager=True), flags=None
+    ) as server:
+        server.wait_healthy(600)
+        yield server.url, name
 
 
 def _replay(base, name, requests):

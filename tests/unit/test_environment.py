@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
+import sys
 from pathlib import Path
 
-from cluster.observability.environment import git_commit, git_dirty, node_environment
+import pytest
+
+from cluster.observability.environment import node_environment
+from common.environment import REPO, git_commit, git_dirty
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -27,3 +32,33 @@ def test_edited_tracked_code_is_flagged_dirty(tmp_path: Path) -> None:
 def test_outside_a_repository_both_are_unknown(tmp_path: Path) -> None:
     assert git_commit(tmp_path) is None and git_dirty(tmp_path) is None
     assert "moeperf_git_dirty" in node_environment()
+
+
+def test_a_node_records_the_same_facts() -> None:
+    env = node_environment()
+    assert set(env) == {
+        "hostname", "python", "platform", "cpu", "cpu_count", "memory_gib", "gpus", "versions",
+        "moeperf_git_commit", "moeperf_git_dirty",
+    }  # fmt: skip
+    assert set(env["versions"]) == {"moeperf", "vllm", "torch", "triton", "ray", "pydantic", "aiohttp"}
+    assert env["versions"]["pydantic"] is not None and env["cpu"]
+
+
+def test_a_kernel_benchmark_records_the_same_facts() -> None:
+    pytest.importorskip("triton")
+    from moe_opt.bench.env_info import environment
+
+    env = environment()
+    assert set(env) == {"gpu", "gpu_count", "driver", "cuda_runtime", "torch", "triton", "python", "date_utc",
+                        "command"}  # fmt: skip
+    assert env["python"] == platform.python_version() and env["date_utc"].endswith("+00:00")
+
+
+def test_the_kernel_benchmarks_environment_needs_no_pydantic_ray_or_vllm() -> None:
+    """They run on a bare GPU box with torch and Triton only."""
+    code = (
+        "import sys; import common.environment, common.ports\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'ray', 'vllm', 'torch')]\n"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

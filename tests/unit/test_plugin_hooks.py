@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from moe_opt.flags import OptimizationFlags
 from moe_opt.plugin.gpu import NO_GPU, identify, physical_index
 from moe_opt.plugin.hooks import _flags_labels, _resolve
 from moe_opt.plugin.patches import PatchTargetMissing
@@ -38,9 +39,13 @@ def test_cpu_device_has_no_gpu_identity() -> None:
 
 
 def test_info_labels_of_flags() -> None:
-    assert _flags_labels({"swap_ab": None, "moe_backend": "auto", "no_respecialize": False}) == {
+    assert _flags_labels(OptimizationFlags()) == {
         "swap_ab": "vllm_default",
         "moe_backend": "auto",
         "no_respecialize": "false",
     }
-    assert _flags_labels({"swap_ab": False, "moe_backend": "triton", "no_respecialize": True})["swap_ab"] == "false"
+    assert _flags_labels(OptimizationFlags(swap_ab=False, moe_backend="triton", no_respecialize=True)) == {
+        "swap_ab": "false",
+        "moe_backend": "triton",
+        "no_respecialize": "true",
+    }

@@ -8,6 +8,7 @@ import pytest
 import triton
 import triton.language as tl
 
+from moe_opt.flags import OptimizationFlags
 from moe_opt.plugin.patches import (
     FUSED_MOE_BATCH_ARGS,
     FUSED_MOE_KERNEL,
@@ -101,11 +102,10 @@ def test_cpu_reports_not_applicable_and_touches_nothing() -> None:
     def no_import(name: str) -> types.ModuleType:
         raise AssertionError(f"imported {name} on CPU")
 
-    flags = {"swap_ab": True, "moe_backend": "triton", "no_respecialize": True}
+    flags = OptimizationFlags(swap_ab=True, moe_backend="triton", no_respecialize=True)
     status = apply_flags(flags, on_gpu=False, vllm_version="0.32.0", import_module=no_import)
     assert status == {s: "not_applicable_cpu" for s in ("swap_ab", "moe_backend", "no_respecialize")}
-    baseline = apply_flags({"swap_ab": None, "moe_backend": "auto", "no_respecialize": False}, on_gpu=False,
-                           vllm_version="0.32.0", import_module=no_import)  # fmt: skip
+    baseline = apply_flags(OptimizationFlags(), on_gpu=False, vllm_version="0.32.0", import_module=no_import)
     assert set(baseline.values()) == {"vllm_default"}
 
 
@@ -133,7 +133,7 @@ def test_targets_exist_in_the_installed_vllm() -> None:
 @pytest.mark.parametrize("flag", ["swap_ab", "no_respecialize", "moe_backend"])
 def test_test_only_missing_target_stops_with_the_flag_named(flag: str) -> None:
     m = _fake_vllm()
-    flags = {"swap_ab": True, "moe_backend": "triton", "no_respecialize": True}
+    flags = OptimizationFlags(swap_ab=True, moe_backend="triton", no_respecialize=True)
     imp = _modules(**{"vllm.model_executor.layers.fused_moe.fused_moe": m})
     with pytest.raises(PatchTargetMissing) as e:
         apply_flags(flags, on_gpu=True, vllm_version="0.26.0", engine_moe_backend="triton", missing_target=flag,

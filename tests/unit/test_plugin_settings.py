@@ -9,11 +9,7 @@ import sys
 import pytest
 
 from moe_opt.flags import FLAGS_ENV_VAR, OptimizationFlags
-from moe_opt.plugin.settings import FLAGS_ENV, PluginConfigError, RankDelay, load_settings
-
-
-def test_env_var_name_matches_flags_module() -> None:
-    assert FLAGS_ENV == FLAGS_ENV_VAR
+from moe_opt.plugin.settings import PluginConfigError, RankDelay, load_settings
 
 
 def test_no_flags_no_settings() -> None:
@@ -44,21 +40,33 @@ def test_settings_from_an_engine_env() -> None:
         }
     )
     assert s is not None
-    assert s.flags == json.loads(flags.model_dump_json())
+    assert s.flags == flags
     assert (s.arm, s.run_id, s.engine, s.node) == ("fast", "r1", "fast-0", "n1")
     assert s.rank_delay == RankDelay(1, 0.05)
     assert s.extra_no_respecialize == {"m:k": ["num_tokens"]}
 
 
+def test_defaults_are_the_flags_models_own() -> None:
+    s = load_settings({FLAGS_ENV_VAR: "{}"})
+    assert s is not None and s.flags == OptimizationFlags() and s.flags.is_baseline()
+
+
 def test_listed_kernels_come_from_the_flags_too() -> None:
     flags = {"swap_ab": None, "moe_backend": "auto", "no_respecialize": True, "no_respecialize_kernels": {"a:k": ["n"]}}
-    s = load_settings({FLAGS_ENV: json.dumps(flags)})
+    s = load_settings({FLAGS_ENV_VAR: json.dumps(flags)})
     assert s is not None and s.extra_no_respecialize == {"a:k": ["n"]}
 
 
 @pytest.mark.parametrize(
     "env",
-    [{FLAGS_ENV: "{not json"}, {FLAGS_ENV: "[]"}, {FLAGS_ENV: "{}", "MOEPERF_TEST_RANK_DELAY": "1"}],
+    [
+        {FLAGS_ENV_VAR: "{not json"},
+        {FLAGS_ENV_VAR: "[]"},
+        {FLAGS_ENV_VAR: "{}", "MOEPERF_TEST_RANK_DELAY": "1"},
+        {FLAGS_ENV_VAR: '{"swap_ab": true, "swapab": true}'},  # a typo: the harness would refuse it too
+        {FLAGS_ENV_VAR: '{"no_respecialize": true, "moe_backend": "marlin"}'},  # a meaningless combination
+        {FLAGS_ENV_VAR: "{}", "MOEPERF_NO_RESPECIALIZE_KERNELS": "[]"},
+    ],
 )
 def test_bad_env_is_an_error(env: dict[str, str]) -> None:
     with pytest.raises(PluginConfigError):

@@ -11,37 +11,34 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
+from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
 from workloads.traces.base import LoadedTrace
 
 SHARED_PREFIX_KEY = 1 << 39
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FixedLengths(_Strict):
+class FixedLengths(FrozenStrictModel):
     kind: Literal["fixed"] = "fixed"
     tokens: int = Field(ge=1, description="Every request has this length.")
 
 
-class UniformLengths(_Strict):
+class UniformLengths(FrozenStrictModel):
     kind: Literal["uniform"] = "uniform"
     min_tokens: int = Field(ge=1, description="Smallest length (inclusive).")
     max_tokens: int = Field(ge=1, description="Largest length (inclusive).")
 
 
-class LognormalLengths(_Strict):
+class LognormalLengths(FrozenStrictModel):
     kind: Literal["lognormal"] = "lognormal"
     median_tokens: float = Field(gt=0, description="Median length (exp of the log-mean).")
     sigma: float = Field(gt=0, description="Standard deviation of log length.")
     max_tokens: int | None = Field(None, ge=1, description="Redraw-free cap: longer draws are clipped to this.")
 
 
-class EmpiricalLengths(_Strict):
+class EmpiricalLengths(FrozenStrictModel):
     kind: Literal["empirical"] = "empirical"
     trace: dict[str, object] = Field(
         description="Any trace spec (e.g. {kind: azure, path: ...}); lengths are resampled from its rows."
@@ -54,7 +51,7 @@ LengthDistribution = Annotated[
 ]
 
 
-class SyntheticTraceSpec(_Strict):
+class SyntheticTraceSpec(FrozenStrictModel):
     kind: Literal["synthetic"] = "synthetic"
     num_requests: int = Field(ge=1, description="How many requests.")
     input_tokens: int | LengthDistribution = Field(description="Prompt length: a number or a distribution.")
