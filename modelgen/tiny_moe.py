@@ -46,7 +46,7 @@ class TinyMoeSpec(FrozenStrictModel):
         "normalised top-k, many small experts).",
     )
     num_hidden_layers: int = Field(
-        2, ge=1, description="Decoder layers; full depth is fine (Mixtral-8x7B 32, Qwen3-30B-A3B 48): weights are dummy."
+        2, ge=1, description="Decoder layers; any depth (Mixtral-8x7B 32, Qwen3-30B-A3B 48): weights are dummy."
     )
     hidden_size: int = Field(128, ge=16, description="Model width.")
     intermediate_size: int = Field(256, ge=16, description="Per-expert FFN width.")
