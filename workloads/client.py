@@ -1,19 +1,14 @@
 """Streaming OpenAI-compatible client that replays a schedule and times every token.
 
-"When to send" comes from the schedule (absolute offsets from a common start); "how many in
-flight" is a separate cap. The dispatcher sleeps to each intended time, so a slow server shows
-up as latency and as send lag in the records, never as a silently stretched schedule.
-
-asyncio's timers wake up to 1 ms late (epoll takes whole milliseconds, rounded up), so the
-dispatcher sleeps coarsely to 2 ms before each intended time and lets a timer thread
-(``workloads.timer``) wake it at the exact time: sub-millisecond send lag without spinning.
+"When to send" comes from the schedule (absolute offsets from a common start, slept to by
+``workloads.pacing``); "how many in flight" is a separate cap. The dispatcher only sleeps and
+hands each request to a task of its own, so a slow server shows up as latency and as send lag
+in the records, never as a silently stretched schedule. Reading the answers is ``workloads.sse``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
@@ -22,13 +17,14 @@ from typing import Any
 import aiohttp
 
 from workloads.health import HealthProbe
+from workloads.pacing import ReplayClock, sleep_until
 from workloads.prompts import request_prompt_ids
-from workloads.records import ErrorKind, RequestRecord
+from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest
+from workloads.sse import classify_error, stream_completion
 from workloads.timer import PreciseTimer
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
-COARSE_MARGIN_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -48,37 +44,6 @@ class ClientSettings:
     connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
 
 
-class _Clock:
-    """Maps a shared wall-clock epoch onto this process's monotonic clock once, at construction."""
-
-    def __init__(self, start_epoch_s: float) -> None:
-        self._t0 = time.perf_counter() + (start_epoch_s - time.time())
-
-    def now_s(self) -> float:
-        return time.perf_counter() - self._t0
-
-    def perf_s(self, t_s: float) -> float:
-        """A time of this clock on time.perf_counter()."""
-        return t_s + self._t0
-
-
-async def sleep_until(clock: _Clock, t_s: float, spin_s: float, timer: PreciseTimer | None = None) -> None:
-    """Coarse asyncio sleep to 2 ms before ``t_s``, then the precise timer (or a spin) for the rest."""
-    delay = t_s - clock.now_s()
-    if delay > COARSE_MARGIN_S:
-        await asyncio.sleep(delay - COARSE_MARGIN_S)
-    if timer is not None and t_s > clock.now_s() + spin_s:
-        await timer.at(clock.perf_s(t_s - spin_s))
-    while clock.now_s() < t_s:
-        await asyncio.sleep(0)
-
-
-class _StreamError(Exception):
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
 def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
     return {
         "model": s.model,
@@ -89,78 +54,6 @@ def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-
-
-async def _stream_one(
-    session: aiohttp.ClientSession, s: ClientSettings, rec: RequestRecord, payload: dict[str, Any], clock: _Clock
-) -> None:
-    """Read the SSE stream as raw bytes (one read may hold several events) and time each read.
-
-    Token counts come from per-chunk usage, so a chunk of k tokens adds k token times; fields of
-    the record are set once at the end (pydantic attribute writes are not free at high rates).
-    """
-    times: list[float] = []
-    seen_tokens, exact = 0, True
-    prompt_tokens: int | None = None
-    usage_tokens: int | None = None
-    done = False
-    async with session.post(f"{s.base_url}/v1/completions", json=payload) as resp:
-        rec.http_status = resp.status
-        if resp.status != 200:
-            body = (await resp.text())[:300]
-            raise _StreamError("http", f"HTTP {resp.status}: {body}")
-        pending = b""
-        async for data in resp.content.iter_any():  # read to the end of the body: the connection is reused
-            now = clock.now_s()
-            lines = (pending + data).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                if not line.startswith(b"data:"):
-                    continue
-                event = line[5:].strip()
-                if event == b"[DONE]":
-                    done = True
-                    continue
-                try:
-                    chunk = json.loads(event)
-                except json.JSONDecodeError as e:
-                    raise _StreamError("bad_sse", f"bad SSE data {event[:80]!r}: {e}") from None
-                if not isinstance(chunk, dict):
-                    raise _StreamError("bad_sse", f"bad SSE data {event[:80]!r}: not an object")
-                if "error" in chunk:
-                    raise _StreamError("http", f"error in stream: {str(chunk['error'])[:200]}")
-                usage = chunk.get("usage") or {}
-                if "completion_tokens" in usage:
-                    new_tokens = usage["completion_tokens"] - seen_tokens
-                    prompt_tokens, usage_tokens = usage.get("prompt_tokens"), usage["completion_tokens"]
-                else:  # no per-chunk usage: a chunk may hold several tokens, so counts are not exact
-                    new_tokens = 1 if chunk.get("choices") else 0
-                    exact = exact and new_tokens == 0
-                if new_tokens > 0:
-                    times.extend([now] * new_tokens)
-                    seen_tokens += new_tokens
-    end_s = clock.now_s()
-    rec.token_times_s = times
-    rec.first_token_s = times[0] if times else None
-    rec.prompt_tokens, rec.tokens_exact = prompt_tokens, exact
-    rec.output_tokens = usage_tokens if usage_tokens is not None else seen_tokens
-    if not done:
-        rec.end_s = end_s
-        raise _StreamError("reset", "stream closed before [DONE]")
-    rec.end_s = end_s
-
-
-def _classify(e: BaseException) -> tuple[ErrorKind, str]:
-    text = f"{type(e).__name__}: {e}"
-    if isinstance(e, _StreamError):
-        return e.kind, str(e)
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return "connect", f"connect failed: {e}"
-    if isinstance(e, TimeoutError | aiohttp.ServerTimeoutError):
-        return "timeout", text
-    if isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError):
-        return "reset", text
-    return "other", text
 
 
 def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: float | None) -> RequestRecord:
@@ -176,6 +69,127 @@ def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: f
     )
 
 
+def _chains(requests: Sequence[PlannedRequest]) -> tuple[list[PlannedRequest], dict[int, list[PlannedRequest]]]:
+    """Requests the dispatcher sends on time (in time order), and what each request's end releases."""
+    indices = {r.index for r in requests}
+    followers: dict[int, list[PlannedRequest]] = defaultdict(list)
+    roots: list[PlannedRequest] = []
+    for r in requests:
+        if r.after_index is not None and r.after_index in indices:
+            followers[r.after_index].append(r)
+        else:
+            roots.append(r)
+    roots.sort(key=lambda r: r.send_offset_s)
+    return roots, followers
+
+
+def _session(s: ClientSettings) -> aiohttp.ClientSession:
+    pool = s.connection_limit if s.connection_limit is not None else (s.max_in_flight or 0)
+    connector = aiohttp.TCPConnector(limit=pool, limit_per_host=0, force_close=False)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=s.request_timeout_s))
+
+
+class _Replay:
+    """One replay on one event loop: the dispatcher, the requests in flight, the records they end as.
+
+    Every planned request ends as exactly one record in ``done``: finished, failed, or never sent.
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[PlannedRequest],
+        settings: ClientSettings,
+        clock: ReplayClock,
+        session: aiohttp.ClientSession,
+        timer: PreciseTimer | None,
+    ) -> None:
+        self.s, self.clock, self.session, self.timer = settings, clock, session, timer
+        self.url = f"{settings.base_url}/v1/completions"
+        self.roots, self.followers = _chains(requests)
+        self.done: asyncio.Queue[RequestRecord] = asyncio.Queue()
+        self.finished: list[RequestRecord] = []
+        self.engine_down = asyncio.Event()  # set on the first refused connection: stop sending
+        self.limit = asyncio.Semaphore(settings.max_in_flight) if settings.max_in_flight else None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    # --- when to send ----------------------------------------------------------------------------
+    async def dispatch(self) -> None:
+        """The send loop: sleep to each request's time and hand it to a task; never wait on a response."""
+        s, clock, timer = self.s, self.clock, self.timer
+        for req in self.roots:
+            payload = _payload(s, req)  # built before its time, so building it adds no lag
+            await sleep_until(clock, req.send_offset_s, s.spin_s, timer)
+            if self.engine_down.is_set():
+                await self._not_sent(req, req.send_offset_s)
+                continue
+            self._spawn(self._send(req, req.send_offset_s, payload))
+
+    async def _send_chained(self, req: PlannedRequest, intended_s: float) -> None:
+        payload = _payload(self.s, req)
+        await sleep_until(self.clock, intended_s, self.s.spin_s, self.timer)
+        self._spawn(self._send(req, intended_s, payload))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # --- how many in flight ----------------------------------------------------------------------
+    async def _take_slot(self) -> float:
+        """Wait for room under the in-flight cap; returns the wait, which is not the client's lag."""
+        if self.limit is None:
+            return 0.0
+        if not self.limit.locked():
+            await self.limit.acquire()
+            return 0.0
+        t = self.clock.now_s()  # queue behind the cap without holding up the dispatcher
+        await self.limit.acquire()
+        return self.clock.now_s() - t
+
+    def _free_slot(self) -> None:
+        if self.limit is not None:
+            self.limit.release()
+
+    # --- one request -----------------------------------------------------------------------------
+    async def _send(self, req: PlannedRequest, intended_s: float, payload: dict[str, Any]) -> None:
+        cap_wait_s = await self._take_slot()
+        if self.engine_down.is_set():
+            self._free_slot()
+            await self._not_sent(req, intended_s)
+            return
+        rec = _record(req, self.s, intended_s, self.clock.now_s())
+        rec.cap_wait_s = cap_wait_s
+        try:
+            await stream_completion(self.session, self.url, rec, payload, self.clock)
+        except Exception as e:  # an error is a record, never a crash
+            rec.error_kind, rec.error = classify_error(e)
+            rec.end_s = self.clock.now_s()
+            if rec.error_kind == "connect":
+                self.engine_down.set()
+        finally:
+            self._free_slot()
+        await self._finish(rec)
+
+    async def _not_sent(self, req: PlannedRequest, intended_s: float) -> None:
+        rec = _record(req, self.s, intended_s, None)
+        rec.error, rec.error_kind = NOT_SENT_ENGINE_DOWN, "not_sent"
+        await self._finish(rec)
+
+    async def _finish(self, rec: RequestRecord) -> None:
+        """Hand the record out and release what was waiting for this request to end."""
+        self.finished.append(rec)
+        await self.done.put(rec)
+        end_s = rec.end_s if rec.end_s is not None else self.clock.now_s()
+        for f in self.followers.pop(rec.index, ()):
+            self._spawn(self._send_chained(f, end_s + f.think_time_s))
+
+    async def cancel(self, dispatcher: asyncio.Task[None]) -> None:
+        dispatcher.cancel()
+        for t in list(self.tasks):
+            t.cancel()
+        await asyncio.gather(dispatcher, *self.tasks, return_exceptions=True)
+
+
 async def replay(
     requests: Sequence[PlannedRequest],
     settings: ClientSettings,
@@ -189,100 +203,19 @@ async def replay(
     A request chained to another (``after_index``) is sent ``think_time_s`` after that one ends.
     Pass a ``HealthProbe`` to get this client's event-loop lag and CPU when the replay ends.
     """
-    s = settings
-    clock = _Clock(start_epoch_s)
-    done: asyncio.Queue[RequestRecord] = asyncio.Queue()
-    engine_down = asyncio.Event()
-    limit = asyncio.Semaphore(s.max_in_flight) if s.max_in_flight else None
-    pool = s.connection_limit if s.connection_limit is not None else (s.max_in_flight or 0)
-    connector = aiohttp.TCPConnector(limit=pool, limit_per_host=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=s.request_timeout_s)
-    indices = {r.index for r in requests}
-    followers: dict[int, list[PlannedRequest]] = defaultdict(list)
-    roots: list[PlannedRequest] = []
-    for r in requests:
-        if r.after_index is not None and r.after_index in indices:
-            followers[r.after_index].append(r)
-        else:
-            roots.append(r)
-    roots.sort(key=lambda r: r.send_offset_s)
-    finished: list[RequestRecord] = []
-    tasks: set[asyncio.Task[None]] = set()
-
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-
-        async def finish(rec: RequestRecord) -> None:
-            finished.append(rec)
-            await done.put(rec)
-            end_s = rec.end_s if rec.end_s is not None else clock.now_s()
-            for f in followers.pop(rec.index, ()):
-                spawn(send_chained(f, end_s + f.think_time_s))
-
-        def spawn(coro: Coroutine[Any, Any, None]) -> None:
-            task = asyncio.ensure_future(coro)
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-        async def not_sent(req: PlannedRequest, intended_s: float) -> None:
-            rec = _record(req, s, intended_s, None)
-            rec.error, rec.error_kind = NOT_SENT_ENGINE_DOWN, "not_sent"
-            await finish(rec)
-
-        async def run_one(req: PlannedRequest, intended_s: float, payload: dict[str, Any]) -> None:
-            cap_wait_s = 0.0
-            if limit is not None:
-                if limit.locked():  # queue behind the cap without holding up the dispatcher
-                    t = clock.now_s()
-                    await limit.acquire()
-                    cap_wait_s = clock.now_s() - t
-                else:
-                    await limit.acquire()
-            if engine_down.is_set():
-                if limit is not None:
-                    limit.release()
-                await not_sent(req, intended_s)
-                return
-            rec = _record(req, s, intended_s, clock.now_s())
-            rec.cap_wait_s = cap_wait_s
-            try:
-                await _stream_one(session, s, rec, payload, clock)
-            except Exception as e:  # an error is a record, never a crash
-                rec.error_kind, rec.error = _classify(e)
-                rec.end_s = clock.now_s()
-                if rec.error_kind == "connect":
-                    engine_down.set()
-            finally:
-                if limit is not None:
-                    limit.release()
-            await finish(rec)
-
-        async def send_chained(req: PlannedRequest, intended_s: float) -> None:
-            payload = _payload(s, req)
-            await sleep_until(clock, intended_s, s.spin_s, timer)
-            spawn(run_one(req, intended_s, payload))
-
-        async def dispatch() -> None:
-            for req in roots:
-                payload = _payload(s, req)  # built before its time, so building it adds no lag
-                await sleep_until(clock, req.send_offset_s, s.spin_s, timer)
-                if engine_down.is_set():
-                    await not_sent(req, req.send_offset_s)
-                    continue
-                spawn(run_one(req, req.send_offset_s, payload))
-
-        timer = PreciseTimer(asyncio.get_running_loop()) if s.precise_timer else None
+    clock = ReplayClock(start_epoch_s)
+    async with _session(settings) as session:
+        timer = PreciseTimer(asyncio.get_running_loop()) if settings.precise_timer else None
+        run = _Replay(requests, settings, clock, session, timer)
         if health is not None:
             health.start()
-        dispatcher = asyncio.create_task(dispatch())
+        dispatcher = asyncio.create_task(run.dispatch())
         try:
             for _ in range(len(requests)):
-                yield await done.get()
+                yield await run.done.get()
         finally:
-            dispatcher.cancel()
-            for t in list(tasks):
-                t.cancel()
-            await asyncio.gather(dispatcher, *tasks, return_exceptions=True)
+            await run.cancel(dispatcher)
             if timer is not None:
                 timer.close()
             if health is not None:
-                await health.stop(finished)
+                await health.stop(run.finished)

@@ -7,6 +7,7 @@ scaling -> lengths scaled into the engine and clipped (each clip counted, never 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -145,29 +146,12 @@ def _build(spec: WorkloadSpec, base_dir: Path | None) -> Schedule:
     if not keep:
         raise TraceFormatError(getattr(spec.trace, "path", spec.trace.kind), f"no requests left (skipped: {skipped})")
     new_index = {pos: i for i, pos in enumerate(keep)}
-    open_pos = [p for p in keep if rows[p].follows is None or rows[p].follows not in new_index]
-    t0 = spec.window_start_s or 0.0
-    times = [None if rows[p].arrival_s is None else (rows[p].arrival_s or 0.0) - t0 for p in open_pos]
-    plan = plan_arrivals(spec.arrival, times, spec.seed)
-    offsets = {p: plan.offsets_s[k] / spec.speedup for k, p in enumerate(open_pos)}
-    after: dict[int, int] = {new_index[p]: new_index[rows[p].follows] for p in keep if p not in offsets}  # type: ignore[index]
-    if plan.users is not None:
-        after.update(_closed_loop_chains([new_index[p] for p in open_pos], after, plan.users))
-
+    offsets, after = _timing(rows, keep, new_index, spec)
     requests: list[PlannedRequest] = []
-    clipped_in = clipped_out = clipped_ctx = 0
+    clips = _Clips()
     for p in keep:
-        row, i = rows[p], new_index[p]
-        prompt, blocks = _prompt(row, spec)
-        out = max(1, round(row.output_tokens * spec.output_scale))
-        if spec.max_input_tokens is not None and prompt > spec.max_input_tokens:
-            prompt, clipped_in = spec.max_input_tokens, clipped_in + 1
-        if spec.max_output_tokens is not None and out > spec.max_output_tokens:
-            out, clipped_out = spec.max_output_tokens, clipped_out + 1
-        if spec.max_model_len is not None and prompt + out > spec.max_model_len:
-            prompt = min(prompt, spec.max_model_len - 1)
-            out = min(out, spec.max_model_len - prompt)
-            clipped_ctx += 1
+        i = new_index[p]
+        prompt, out, blocks = _lengths(rows[p], spec, clips)
         requests.append(
             PlannedRequest(
                 index=i,
@@ -181,11 +165,55 @@ def _build(spec: WorkloadSpec, base_dir: Path | None) -> Schedule:
         )
     return Schedule(
         requests=requests,
-        clipped_input=clipped_in,
-        clipped_output=clipped_out,
-        clipped_context=clipped_ctx,
+        clipped_input=clips.input,
+        clipped_output=clips.output,
+        clipped_context=clips.context,
         skipped={k: v for k, v in skipped.items() if v},
     )
+
+
+def _timing(
+    rows: list[TraceRow], keep: list[int], new_index: dict[int, int], spec: WorkloadSpec
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Send offsets of the requests that open a chain (by trace position), and who waits for whom.
+
+    A request whose predecessor was kept is chained to it; every other one gets its time from the
+    arrival process. A closed loop adds chains of its own: each user sends its next request when
+    its last one has finished.
+    """
+    open_pos = [p for p in keep if rows[p].follows is None or rows[p].follows not in new_index]
+    t0 = spec.window_start_s or 0.0
+    times = [None if rows[p].arrival_s is None else (rows[p].arrival_s or 0.0) - t0 for p in open_pos]
+    plan = plan_arrivals(spec.arrival, times, spec.seed)
+    offsets = {p: plan.offsets_s[k] / spec.speedup for k, p in enumerate(open_pos)}
+    after: dict[int, int] = {new_index[p]: new_index[rows[p].follows] for p in keep if p not in offsets}  # type: ignore[index]
+    if plan.users is not None:
+        after.update(_closed_loop_chains([new_index[p] for p in open_pos], after, plan.users))
+    return offsets, after
+
+
+@dataclass
+class _Clips:
+    """How many requests each limit cut: counted, never silent."""
+
+    input: int = 0
+    output: int = 0
+    context: int = 0
+
+
+def _lengths(row: TraceRow, spec: WorkloadSpec, clips: _Clips) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """Prompt and output lengths scaled into the engine and clipped to the limits, and the prompt's blocks."""
+    prompt, blocks = _prompt(row, spec)
+    out = max(1, round(row.output_tokens * spec.output_scale))
+    if spec.max_input_tokens is not None and prompt > spec.max_input_tokens:
+        prompt, clips.input = spec.max_input_tokens, clips.input + 1
+    if spec.max_output_tokens is not None and out > spec.max_output_tokens:
+        out, clips.output = spec.max_output_tokens, clips.output + 1
+    if spec.max_model_len is not None and prompt + out > spec.max_model_len:
+        prompt = min(prompt, spec.max_model_len - 1)
+        out = min(out, spec.max_model_len - prompt)
+        clips.context += 1
+    return prompt, out, blocks
 
 
 def _closed_loop_chains(roots: list[int], after: dict[int, int], users: int) -> dict[int, int]:

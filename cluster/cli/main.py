@@ -1,4 +1,8 @@
-"""``moeperf``: the command line. It only wires commands to the parts; the logic lives elsewhere."""
+"""``moeperf``: the command line. It only wires commands to the parts; the logic lives elsewhere.
+
+What a command prints is its output (a verdict, a table, the result path; errors on stderr) and
+shows whatever the verbosity; what a run is doing meanwhile is logging, set up by ``log_setup``.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +20,15 @@ from cluster.cli.loading import (
     load_experiment,
     sigterm_as_interrupt,
 )
+from cluster.cli.log_setup import add_verbosity_options, setup_logging
 from experiment.config import ConfigError, ExperimentConfig
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from cluster.orchestration.driver import Driver, RunError, print_result
+    from cluster.cli.run_summary import print_result
+    from cluster.orchestration.driver import Driver, RunError
 
+    setup_logging(ns.log_level)
     sigterm_as_interrupt()
     try:
         cfg, base_dir = load_experiment(ns.experiment, collect_overrides(ns))
@@ -39,6 +46,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
 def cmd_validate(ns: argparse.Namespace) -> int:
     from cluster.orchestration.driver import RunError, plan
 
+    setup_logging(ns.log_level)
     bad = 0
     for f in ns.files:
         try:
@@ -58,6 +66,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     from cluster.orchestration.driver import RunError, connect_ray, plan, resolve_device
     from cluster.placement.plan import cluster_nodes, make_plan, peak_rate_rps, render
 
+    setup_logging(ns.log_level)
     try:
         cfg, base_dir = load_experiment(ns.experiment, collect_overrides(ns))
         schedule = plan(cfg, base_dir)
@@ -122,14 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="Run an experiment (no file: the embedded CPU default).")
     run.add_argument("experiment", nargs="?", help="Experiment YAML; omit for the embedded default.")
+    add_verbosity_options(run)
     add_model_options(run, ExperimentConfig)
     run.set_defaults(func=cmd_run)
     pln = sub.add_parser("plan", help="Show where arms and client actors would go on the current cluster.")
     pln.add_argument("experiment", nargs="?", help="Experiment YAML; omit for the embedded default.")
+    add_verbosity_options(pln)
     add_model_options(pln, ExperimentConfig)
     pln.set_defaults(func=cmd_plan)
     val = sub.add_parser("validate", help="Check experiment files (config, trace, lengths) without running.")
     val.add_argument("files", nargs="+")
+    add_verbosity_options(val)
     val.set_defaults(func=cmd_validate)
     sch = sub.add_parser("schema", help="Write the JSON Schemas of the experiment and result files.")
     sch.add_argument("--out", default="docs")

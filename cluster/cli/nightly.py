@@ -16,6 +16,7 @@ from analysis.markdown import nightly_markdown
 from analysis.nightly import NightlyPolicy
 from cluster.cli.from_model import add_model_options, apply_overrides, collect_overrides
 from cluster.cli.loading import sigterm_as_interrupt
+from cluster.cli.log_setup import add_verbosity_options, setup_logging
 from experiment.config import ConfigError, ExperimentConfig, parse_experiment, read_yaml
 from result_format.run_result import RunResult
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="Report folder; default: the run's own folder.")
     p.add_argument("--consecutive-nights", type=int, default=None, help="K nights in a row before failing.")
     p.add_argument("--baseline-nights", type=int, default=None, help="Baseline: median of the last N nights.")
+    add_verbosity_options(p)
     add_model_options(p, ExperimentConfig)
     return p
 
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.orchestration.driver import Driver, RunError
 
     ns = build_parser().parse_args(argv)
+    setup_logging(ns.log_level)
     sigterm_as_interrupt()
     policy_args = {"consecutive_nights": ns.consecutive_nights, "baseline_nights": ns.baseline_nights}
     policy = NightlyPolicy(**{k: v for k, v in policy_args.items() if v is not None})

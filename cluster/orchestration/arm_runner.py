@@ -3,15 +3,18 @@
 Each step that can fail turns into a failed ArmResult with the reason and the engine's log tail;
 nothing here raises past its callers except KeyboardInterrupt, so one arm's death never takes the
 other arm's results with it. Records are appended to disk the moment they reach the driver.
+Test-only behaviour (chaos kills, simulated GPUs) comes in through ``fault_injection.hooks_for``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
@@ -21,6 +24,8 @@ from cluster.engine.actor import Device, EngineActor
 from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, window_delta
 from cluster.engine.server import EngineStartError
 from cluster.orchestration.client_actor import ClientActor
+from cluster.orchestration.fault_injection import ArmHooks, RoundFaults, hooks_for
+from cluster.orchestration.threads import run_in_threads
 from cluster.placement.clients import ClientPlacementError, client_nodes
 from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
@@ -32,7 +37,13 @@ from workloads.metrics import summarize
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest, shard
 
+logger = logging.getLogger(__name__)
+
 STOP_TIMEOUT_S = 60.0
+HEALTH_TIMEOUT_S = 30.0
+
+OnRecords = Callable[[str, int, int], None]
+"""(arm, records that arrived, how many of them failed or were never sent): progress reporting."""
 
 
 def _reason(err: BaseException) -> tuple[str, str | None]:
@@ -44,6 +55,18 @@ def _reason(err: BaseException) -> tuple[str, str | None]:
     return f"{type(cause).__name__}: {text.splitlines()[0] if text else ''}", None
 
 
+@dataclasses.dataclass
+class _Round:
+    """What the consumer threads of one round (one per client actor) share."""
+
+    index: int
+    start_epoch_s: float
+    settings: ClientSettings  # of the arm; each client stamps its own index on a copy
+    out: TextIO  # the arm's records file, appended to under the runner's lock
+    faults: RoundFaults
+    received: int = 0  # records of this round that reached the driver, over all clients
+
+
 class ArmRunner:
     def __init__(
         self,
@@ -52,14 +75,16 @@ class ArmRunner:
         device: Device,
         run_dir: Path,
         requests: list[PlannedRequest],
-        on_records: Callable[[str, int], None],
+        on_records: OnRecords,
         observe: Callable[[RequestRecord, str], None] | None = None,
+        hooks: ArmHooks | None = None,
     ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
         self.run_id = run_dir.name
         self.flags = cfg.arm_flags(arm)
         self.requests, self.on_records = requests, on_records
         self.observe = observe  # per finished record, with the Ray node id of the client actor that sent it
+        self.hooks = hooks if hooks is not None else hooks_for(cfg, arm.name)
         self.records: list[RequestRecord] = []
         self.shards: list[ShardResult] = []
         self.client_health: list[ClientHealth] = []
@@ -75,15 +100,9 @@ class ArmRunner:
         self.info: EngineInfo | None = None
         self.failure: tuple[str, str | None] | None = None
         self.lock = threading.Lock()
-        self.notes: list[str] = []
-        sim = cfg.simulate.cpu_engine_on_simulated_gpus
-        self.engine_device: Device = "cpu" if sim else device
+        self.engine_device: Device = self.hooks.engine_device(device)
         self.flags_applied = self.engine_device == "cuda"
-        if sim:
-            self.notes.append(
-                f"simulated GPUs: placed with TP={cfg.engine.tensor_parallel_size} GPU bundles, served by vLLM's "
-                f"CPU build at TP={cfg.simulate.engine_tensor_parallel_size}"
-            )
+        self.notes: list[str] = self.hooks.notes()
         if self.engine_device == "cpu" and (note := cpu_effect_note(self.flags)):
             self.notes.append(note)
 
@@ -95,8 +114,7 @@ class ArmRunner:
         update: dict[str, object] = {}
         if (eager := self.cfg.arm_enforce_eager(self.arm)) != self.cfg.engine.enforce_eager:
             update["enforce_eager"] = eager
-        if self.cfg.simulate.cpu_engine_on_simulated_gpus:
-            update["tensor_parallel_size"] = self.cfg.simulate.engine_tensor_parallel_size
+        update.update(self.hooks.engine_spec_update())
         return self.cfg.engine.model_copy(update=update) if update else self.cfg.engine
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -106,6 +124,7 @@ class ArmRunner:
         try:
             self.pg = reserve(self.arm.name, arm_bundles(eng, self.device), eng.placement_timeout_s)
             gpu_ids = bundle_gpu_ids(self.pg, eng.tensor_parallel_size) if self.device == "cuda" else []
+            logger.debug("arm %s: placement group reserved (GPU ids %s)", self.arm.name, gpu_ids or "none")
             self.engine = (
                 ray.remote(EngineActor)
                 .options(
@@ -146,6 +165,7 @@ class ArmRunner:
         ]
         self.client_nodes = nodes
         ray.get([cl.ready.remote() for cl in self.clients])
+        logger.debug("arm %s: %d client actor(s) ready on node(s) %s", self.arm.name, len(nodes), nodes)
 
     def between_rounds(self) -> bool:
         """Fresh prefix cache and a health check, so round N+1 does not profit from round N."""
@@ -156,109 +176,118 @@ class ArmRunner:
             self.failure = _reason(e)
             return False
 
+    # --- one round -----------------------------------------------------------------------------
     def replay(self, round_index: int, start_epoch_s: float) -> None:
+        """Every client actor replays its shard from the common start; records reach disk as they arrive."""
+        settings = self._client_settings(round_index)
+        self.records_path.parent.mkdir(parents=True, exist_ok=True)
+        # Not a `with`: on Ctrl-C the consumer threads keep appending what still arrives until stop().
+        out = self.records_path.open("a")
+        before = self._engine_samples()
+        faults = self.hooks.round_faults(round_index, self.engine, self.clients)
+        rnd = _Round(round_index, start_epoch_s, settings, out, faults)
+        n = len(self.clients)
+        logger.debug("arm %s: round %d: %d client(s) start at %.3f", self.arm.name, round_index, n, start_epoch_s)
+        run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
+        out.close()
+        self.rounds_done += 1
+        self._add_window_metrics(before, self._engine_samples())
+        self._check_round(round_index)
+
+    def _client_settings(self, round_index: int) -> ClientSettings:
+        """The arm's client settings for this round; the in-flight cap is per arm, split over its clients."""
         assert self.info is not None
         lo, hi = ray.get(self.engine.prompt_id_range.remote())
-        settings = ClientSettings(
+        cap = self.cfg.client.max_in_flight
+        return ClientSettings(
             base_url=self.info.url,
             model=self.cfg.model.served_name,
             arm=self.arm.name,
             vocab_lo=lo,
             vocab_hi=hi,
             seed=self.cfg.workload.seed,
-            max_in_flight=self.cfg.client.max_in_flight,
+            max_in_flight=None if cap is None else max(1, -(-cap // len(self.clients))),
             request_timeout_s=self.cfg.client.request_timeout_s,
+            round=round_index,
         )
-        self.records_path.parent.mkdir(parents=True, exist_ok=True)
-        n = len(self.clients)
-        cap = self.cfg.client.max_in_flight
-        per_client_cap = None if cap is None else max(1, -(-cap // n))  # the cap is per arm, split over clients
-        chaos = self.cfg.chaos if round_index == 0 else None
-        kill_engine_after = chaos.kill_engine_after_records.get(self.arm.name) if chaos else None
-        kill_client_after = chaos.kill_client_after_records.get(self.arm.name) if chaos else None
-        received_this_round = [0]
-        out = self.records_path.open("a")
-        before = parse_samples(ray.get(self.engine.metrics_text.remote()))
 
-        def consume(i: int) -> None:
-            nonlocal kill_engine_after, kill_client_after
-            part = shard(self.requests, n, i)
-            result = ShardResult(
-                round=round_index,
-                client=i,
-                node_id=self.client_nodes[i],
-                start_epoch_s=start_epoch_s,
-                planned=len(part),
-                received=0,
-                status="ok",
-            )
-            gen = (
-                self.clients[i]
-                .replay.options(num_returns="streaming")
-                .remote(
-                    [r.model_dump() for r in part],
-                    dataclasses.replace(settings, client=i, round=round_index, max_in_flight=per_client_cap),
-                    start_epoch_s,
-                )
-            )
-            try:
-                for ref in gen:
-                    batch = [RequestRecord.model_validate(d) for d in ray.get(ref)]
-                    with self.lock:
-                        for rec in batch:
-                            rec.round, rec.client = round_index, i
-                            out.write(rec.model_dump_json() + "\n")
-                        out.flush()
-                        self.records.extend(batch)
-                        result.received += len(batch)
-                        received_this_round[0] += len(batch)
-                        seen = received_this_round[0]
-                        kill_engine = kill_engine_after is not None and seen >= kill_engine_after
-                        kill_client = kill_client_after is not None and seen >= kill_client_after
-                        if kill_engine:
-                            kill_engine_after = None
-                        if kill_client:
-                            kill_client_after = None
-                    if self.observe is not None:
-                        for rec in batch:
-                            self.observe(rec, self.client_nodes[i])
-                    self.on_records(self.arm.name, len(batch))
-                    if kill_engine:
-                        ray.get(self.engine.kill_server.remote())
-                    if kill_client:
-                        ray.kill(self.clients[0])
-            except RayActorError as e:
-                result.status = "lost"
-                result.error = f"client actor died: {str(e).splitlines()[0]}"
-            except Exception as e:  # a bug in the client must fail the arm loudly, not vanish with the thread
-                result.status = "lost"
-                result.error = f"client failed: {_reason(e)[0]}"
-            health = None
-            if result.status == "ok":
-                try:
-                    h = ray.get(self.clients[i].health.remote(), timeout=30)
-                    health = ClientHealth.model_validate({**h, "node_id": self.client_nodes[i]}) if h else None
-                except RayError:
-                    health = None
-            with self.lock:
-                self.shards.append(result)
-                if health is not None:
-                    self.client_health.append(health)
+    def _consume_shard(self, rnd: _Round, client: int) -> None:
+        """One consumer thread: stream a client's records to disk, then record how its shard ended."""
+        part = shard(self.requests, len(self.clients), client)
+        result = ShardResult(
+            round=rnd.index,
+            client=client,
+            node_id=self.client_nodes[client],
+            start_epoch_s=rnd.start_epoch_s,
+            planned=len(part),
+            received=0,
+            status="ok",
+        )
+        try:
+            self._stream_shard(rnd, client, part, result)
+        except RayActorError as e:
+            result.status, result.error = "lost", f"client actor died: {str(e).splitlines()[0]}"
+        except Exception as e:  # a bug in the client must fail the arm loudly, not vanish with the thread
+            result.status, result.error = "lost", f"client failed: {_reason(e)[0]}"
+        health = self._client_health(client) if result.status == "ok" else None
+        with self.lock:
+            self.shards.append(result)
+            if health is not None:
+                self.client_health.append(health)
 
-        threads = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
-        out.close()
-        self.rounds_done += 1
-        after = parse_samples(ray.get(self.engine.metrics_text.remote()))
+    def _stream_shard(self, rnd: _Round, client: int, part: list[PlannedRequest], result: ShardResult) -> None:
+        settings = dataclasses.replace(rnd.settings, client=client)
+        batches = (
+            self.clients[client]
+            .replay.options(num_returns="streaming")
+            .remote([r.model_dump() for r in part], settings, rnd.start_epoch_s)
+        )
+        for ref in batches:
+            batch = [RequestRecord.model_validate(d) for d in ray.get(ref)]
+            received = self._keep(rnd, client, batch, result)
+            self._report(client, batch)
+            rnd.faults.records_received(received)
+
+    def _keep(self, rnd: _Round, client: int, batch: list[RequestRecord], result: ShardResult) -> int:
+        """Stamp, append to disk and keep a batch; returns the round's record count so far."""
+        with self.lock:
+            for rec in batch:
+                rec.round, rec.client = rnd.index, client
+                rnd.out.write(rec.model_dump_json() + "\n")
+            rnd.out.flush()
+            self.records.extend(batch)
+            result.received += len(batch)
+            rnd.received += len(batch)
+            return rnd.received
+
+    def _report(self, client: int, batch: list[RequestRecord]) -> None:
+        if self.observe is not None:
+            node = self.client_nodes[client]
+            for rec in batch:
+                self.observe(rec, node)
+        self.on_records(self.arm.name, len(batch), sum(1 for rec in batch if not rec.ok))
+
+    def _client_health(self, client: int) -> ClientHealth | None:
+        """Event-loop lag and CPU the client measured; None when it cannot say (the verdict then lacks it)."""
+        try:
+            h = ray.get(self.clients[client].health.remote(), timeout=HEALTH_TIMEOUT_S)
+        except RayError:
+            return None
+        return ClientHealth.model_validate({**h, "node_id": self.client_nodes[client]}) if h else None
+
+    def _engine_samples(self) -> dict[str, float]:
+        return parse_samples(ray.get(self.engine.metrics_text.remote()))
+
+    def _add_window_metrics(self, before: dict[str, float], after: dict[str, float]) -> None:
+        """Engine counters over the measured window only: warmup and earlier rounds are subtracted."""
         self._all_series.update(after)
         if after:
             for k, v in window_delta(before, after).items():
                 self.window_metrics[k] = self.window_metrics.get(k, 0.0) + v
             self.metrics_seen = True
+
+    def _check_round(self, round_index: int) -> None:
+        """Fail the arm if a client actor was lost or the engine died while the round ran."""
         lost = [s for s in self.shards if s.round == round_index and s.status == "lost"]
         if lost:
             missing = sum(s.planned - s.received for s in lost)

@@ -2,33 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import json
 import logging
 import os
-import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import ray
 import yaml
-from tqdm import tqdm
 
-from analysis.slo import slo_from_config
-from cluster.cli.table import arm_table
 from cluster.engine.actor import Device
-from cluster.observability.client_metrics import ClientMetrics, node_label
 from cluster.observability.environment import node_environment
-from cluster.observability.prom_targets import TargetsFile
 from cluster.orchestration.arm_runner import ArmRunner
+from cluster.orchestration.progress import Progress, make_progress
+from cluster.orchestration.run_metrics import RunMetrics
+from cluster.orchestration.threads import run_in_threads
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.run_result import RunResult, ScheduleInfo
-from workloads.records import RequestRecord
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
+
+logger = logging.getLogger(__name__)
 
 START_DELAY_S = 1.0
 """The common start is set this far in the future so every client actor is ready before it."""
@@ -101,15 +102,8 @@ class Driver:
         self.run_id = f"{cfg.name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
         self.run_dir = (cfg.output_dir / self.run_id).resolve()
         self.started_at = _utc_now()
-        self.bars: dict[str, tqdm] = {}
-        self.bar_lock = threading.Lock()
-        self.client_metrics: ClientMetrics | None = None
-        self.engine_targets: TargetsFile | None = None
-        self.client_targets: TargetsFile | None = None
-
-    def _progress(self, arm: str, n: int) -> None:
-        with self.bar_lock:
-            self.bars[arm].update(n)
+        self.progress: Progress = make_progress(cfg.rounds)
+        self.metrics = RunMetrics(cfg, self.run_id)
 
     def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -120,6 +114,7 @@ class Driver:
         return env
 
     def run(self) -> RunResult:
+        """Plan, run every arm, stop every engine whatever happens, and write result.json."""
         schedule = plan(self.cfg, self.base_dir)
         started_ray = connect_ray(self.cfg)
         runners: list[ArmRunner] = []
@@ -130,30 +125,15 @@ class Driver:
             check_platform(self.cfg, device)
             env = self._write_inputs(schedule)
             self._start_metrics()
-            print(
-                f"moeperf run {self.run_id}: {len(self.cfg.arms)} arm(s) on {device}, "
-                f"{len(schedule.requests)} requests over {schedule.duration_s:.1f} s -> {self.run_dir}",
-                flush=True,
-            )
-            runners = [
-                ArmRunner(self.cfg, arm, device, self.run_dir, schedule.requests, self._progress, self._observe)
-                for arm in self.cfg.arms
-            ]
-            for r in runners:
-                for note in r.notes:
-                    print(f"note: arm {r.arm.name}: {note}", flush=True)
-            if self.cfg.placement == "parallel":
-                self._run_parallel(runners)
-            else:
-                self._run_interleaved(runners)
+            runners = self._runners(schedule, device)
+            self._run_arms(runners)
         except KeyboardInterrupt:
             interrupted = True
-            print("\ninterrupted: stopping engines and releasing placement groups", flush=True)
+            logger.info("\ninterrupted: stopping engines and releasing placement groups")
         finally:
             for r in runners:
                 self._stop(r)
-            for bar in self.bars.values():
-                bar.close()
+            self.progress.close()
             self._stop_metrics()
         result = self._result(schedule, runners, env, interrupted)
         (self.run_dir / "result.json").write_text(result.model_dump_json(indent=1))
@@ -161,66 +141,70 @@ class Driver:
             ray.shutdown()
         return result
 
+    def _runners(self, schedule: Schedule, device: Device) -> list[ArmRunner]:
+        logger.info(
+            "moeperf run %s: %d arm(s) on %s, %d requests over %.1f s -> %s",
+            self.run_id,
+            len(self.cfg.arms),
+            device,
+            len(schedule.requests),
+            schedule.duration_s,
+            self.run_dir,
+        )
+        runners = [
+            ArmRunner(
+                self.cfg, arm, device, self.run_dir, schedule.requests, self.progress.advance, self.metrics.observe
+            )
+            for arm in self.cfg.arms
+        ]
+        for r in runners:
+            for note in r.notes:
+                logger.info("note: arm %s: %s", r.arm.name, note)
+        return runners
+
+    def _run_arms(self, runners: list[ArmRunner]) -> None:
+        if self.cfg.placement == "parallel":
+            self._run_parallel(runners)
+        else:
+            self._run_interleaved(runners)
+
     # --- Prometheus (dashboards/README.md) -------------------------------------------------------
     def _start_metrics(self) -> None:
-        m = self.cfg.metrics
-        if not m.enabled:
-            return
-        host = ray.util.get_node_ip_address() if m.listen_host == "node-ip" else m.listen_host
-        slo = slo_from_config(self.cfg.model_dump(mode="json"))
-        try:
-            self.client_metrics = ClientMetrics(self.run_id, self.cfg.name, slo)
-            url = self.client_metrics.serve(host)
-            self.client_targets = TargetsFile(m.targets_dir / f"client-{self.run_id}.json", self.run_id)
-            self.client_targets.add_endpoint("driver", url, {})
-            self.engine_targets = TargetsFile(m.targets_dir / f"engines-{self.run_id}.json", self.run_id)
-        except OSError as e:  # an unwritable targets_dir or an unusable address must not cost the run
-            print(f"warning: Prometheus export off for this run: {e}", flush=True)
-            self._stop_metrics()
-            return
-        self.client_metrics.run_active(True)
-        print(f"metrics: client metrics at {url}, Prometheus targets in {m.targets_dir}", flush=True)
+        self.metrics.start()
 
     def _stop_metrics(self) -> None:
-        if self.client_metrics is not None:
-            self.client_metrics.run_active(False)
-            self.client_metrics.wait_scraped(self.cfg.metrics.final_scrape_timeout_s)
-            self.client_metrics.close()
-        for t in (self.engine_targets, self.client_targets):
-            if t is not None:
-                t.close()
-        self.client_metrics = self.engine_targets = self.client_targets = None
+        self.metrics.stop()
 
-    def _observe(self, record: RequestRecord, client_node_id: str) -> None:
-        if self.client_metrics is not None:
-            self.client_metrics.observe(record, node=node_label(client_node_id))
-
-    def _arm_active(self, r: ArmRunner, round_index: int, active: bool) -> None:
-        if self.client_metrics is not None:
-            self.client_metrics.arm_active(r.arm.name, round_index, active)
-
+    # --- arms ------------------------------------------------------------------------------------
     def _stop(self, r: ArmRunner) -> None:
         r.stop()
-        if self.engine_targets is not None:
-            self.engine_targets.remove(r.arm.name)
-
-    def _bar(self, r: ArmRunner, round_index: int, position: int = 0) -> tqdm:
-        label = r.arm.name if self.cfg.rounds == 1 else f"{r.arm.name} r{round_index}"
-        bar = tqdm(total=len(r.requests), desc=f"{label:>20}", unit="req", position=position, dynamic_ncols=True)
-        self.bars[r.arm.name] = bar
-        return bar
+        self.metrics.engine_down(r.arm.name)
 
     def _start(self, r: ArmRunner, round_index: int) -> bool:
-        print(f"arm {r.arm.name}: round {round_index}: starting engine ({r.flags.describe()})", flush=True)
+        logger.info("arm %s: round %d: starting engine (%s)", r.arm.name, round_index, r.flags.describe())
         if not r.start():
-            print(f"arm {r.arm.name}: FAILED to start: {r.failure[0] if r.failure else ''}", flush=True)
+            logger.error("arm %s: FAILED to start: %s", r.arm.name, r.failure[0] if r.failure else "")
             self._stop(r)
             return False
         assert r.info is not None
-        if self.engine_targets is not None:
-            self.engine_targets.add(r.arm.name, r.info.url, {"node": node_label(r.info.node_id)})
-        print(f"arm {r.arm.name}: engine healthy at {r.info.url} after {r.info.startup_s:.1f} s", flush=True)
+        self.metrics.engine_up(r.arm.name, r.info.url, r.info.node_id)
+        logger.info("arm %s: engine healthy at %s after %.1f s", r.arm.name, r.info.url, r.info.startup_s)
         return True
+
+    @contextlib.contextmanager
+    def _round_of(self, arms: list[ArmRunner], round_index: int) -> Iterator[None]:
+        """Progress and the 'arm active' metric around one round of ``arms`` (all of them at once if parallel)."""
+        for position, r in enumerate(arms):
+            self.progress.begin(r.arm.name, round_index, len(r.requests), position)
+        for r in arms:
+            self.metrics.arm_active(r.arm.name, round_index, True)
+        try:
+            yield
+        finally:
+            for r in arms:
+                self.metrics.arm_active(r.arm.name, round_index, False)
+        for r in arms:  # on Ctrl-C, run() closes what is still open
+            self.progress.end(r.arm.name)
 
     def _run_interleaved(self, runners: list[ArmRunner]) -> None:
         """A B B A ...: each arm gets the same resources in turn; alternating order cancels linear drift."""
@@ -229,35 +213,18 @@ class Driver:
             for r in order:
                 if r.failed or not self._start(r, round_index):
                     continue
-                bar = self._bar(r, round_index)
-                self._arm_active(r, round_index, True)
-                try:
+                with self._round_of([r], round_index):
                     r.replay(round_index, time.time() + START_DELAY_S)
-                finally:
-                    self._arm_active(r, round_index, False)
-                bar.close()
                 self._stop(r)
 
     def _run_parallel(self, runners: list[ArmRunner]) -> None:
+        """All arms at once, each on its own resources, from one common start per round."""
         started = [r for r in runners if self._start(r, 0)]
         for round_index in range(self.cfg.rounds):
             live = [r for r in started if not r.failed and (round_index == 0 or r.between_rounds())]
-            bars = [self._bar(r, round_index, i) for i, r in enumerate(live)]
-            start = time.time() + START_DELAY_S
-            threads = [threading.Thread(target=r.replay, args=(round_index, start), daemon=True) for r in live]
-            for r in live:
-                self._arm_active(r, round_index, True)
-            try:
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    while t.is_alive():
-                        t.join(timeout=0.5)  # short joins keep Ctrl-C deliverable to the main thread
-            finally:
-                for r in live:
-                    self._arm_active(r, round_index, False)
-            for bar in bars:
-                bar.close()
+            with self._round_of(live, round_index):
+                start = time.time() + START_DELAY_S
+                run_in_threads([functools.partial(r.replay, round_index, start) for r in live])
 
     def _result(
         self, schedule: Schedule, runners: list[ArmRunner], env: dict[str, object], interrupted: bool
@@ -276,7 +243,7 @@ class Driver:
             started_at=self.started_at,
             finished_at=_utc_now(),
             command=self.command,
-            config=self.cfg.model_dump(mode="json"),
+            config=self.cfg,
             environment=env,
             schedule=ScheduleInfo(
                 requests=len(schedule.requests),
@@ -291,19 +258,4 @@ class Driver:
         )
 
 
-def print_result(result: RunResult, run_dir: Path) -> None:
-    print()
-    print(arm_table(result))
-    for note in result.notes:
-        print(f"note: {note}")
-    for a in result.arms:
-        if a.status == "failed":
-            print(f"arm {a.name} FAILED: {a.failure_reason}")
-            if a.engine_log_tail:
-                print("  engine log (last lines):")
-                for line in a.engine_log_tail.strip().splitlines()[-15:]:
-                    print(f"    {line}")
-    print(f"\nresult: {run_dir / 'result.json'}  (status: {result.status})")
-
-
-__all__ = ["Driver", "RunError", "ConfigError", "print_result", "plan"]
+__all__ = ["Driver", "RunError", "ConfigError", "plan", "connect_ray", "resolve_device"]

@@ -42,6 +42,9 @@ def test_two_arms_every_request_measured(tmp_path):
     assert flagged["flags_applied"] is False and "change nothing in the kernels" in flagged["notes"][0]
     assert "change nothing in the kernels" in r.stdout
     assert "TTFT p99 (ms)" in r.stdout
+    # Not a terminal (a pipe, like `ray job logs` or CI): progress is plain lines, not tqdm redraws.
+    assert "\r" not in r.stdout + r.stderr
+    assert "arm baseline: round 0: 6/6 requests done, 0 errors" in r.stdout
     assert (run_dir / "config.yaml").exists()
     env = json.loads((run_dir / "environment.json").read_text())
     assert env["driver"]["versions"]["ray"] == "2.60.0"

@@ -1,10 +1,14 @@
 """Bad input must stop the run with one clear message and exit 2 before Ray or any engine starts."""
 
+import logging
 import subprocess
 import sys
 
+import pytest
+
 from cluster.cli.from_model import apply_overrides, collect_overrides, scalar_fields
 from cluster.cli.main import build_parser
+from cluster.cli.nightly import build_parser as nightly_parser
 from experiment.config import ExperimentConfig, parse_experiment
 
 
@@ -73,3 +77,30 @@ def test_requests_longer_than_the_context_exit_2():
 def test_validate_accepts_the_shipped_experiments():
     r = moeperf("validate", "experiments/quick-cpu.yaml", cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("command", [["run"], ["plan"], ["validate", "e.yaml"]])
+def test_quiet_and_verbose_set_the_log_level(command):
+    parse = build_parser().parse_args
+    assert parse(command).log_level == logging.INFO
+    assert parse([*command, "-q"]).log_level == logging.WARNING
+    assert parse([*command, "--verbose"]).log_level == logging.DEBUG
+    with pytest.raises(SystemExit):
+        parse([*command, "-q", "-v"])
+
+
+def test_nightly_has_quiet_and_verbose_too():
+    args = ["--experiment", "e.yaml", "--history", "h"]
+    assert nightly_parser().parse_args(args).log_level == logging.INFO
+    assert nightly_parser().parse_args([*args, "-q"]).log_level == logging.WARNING
+    assert nightly_parser().parse_args([*args, "-v"]).log_level == logging.DEBUG
+
+
+def test_validate_quiet_still_prints_its_verdict_and_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine:\n  gpus: 8\n")
+    repo = __import__("pathlib").Path(__file__).parents[2]
+    r = moeperf("validate", "-q", "experiments/quick-cpu.yaml", str(bad), cwd=str(repo))
+    assert r.returncode == 2
+    assert "experiments/quick-cpu.yaml: ok" in r.stdout
+    assert "engine.gpus" in r.stderr
