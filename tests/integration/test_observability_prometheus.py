@@ -41,21 +41,6 @@ ARMS = ("baseline", "all-optimizations")
 REQUESTS = 20
 
 
-def _wiring_missing() -> str | None:
-    from cluster.orchestration.driver import Driver
-    from experiment.config import ExperimentConfig
-
-    if "metrics" not in ExperimentConfig.model_fields or not hasattr(Driver, "_start_metrics"):
-        return (
-            "the metrics wiring (dashboards/wiring.patch: metrics config, targets file and client metrics in the "
-            "driver, PROMETHEUS_MULTIPROC_DIR for engines) is not applied to cluster/"
-        )
-    return None
-
-
-WIRING_MISSING = _wiring_missing()
-
-
 def _allowed(expr: str) -> str | None:
     for name in metric_names(expr):
         for prefix, why in ALLOWED_EMPTY.items():
@@ -104,7 +89,6 @@ def prometheus(tmp_path, ray_tmp):
     prom.stop()
 
 
-@pytest.mark.skipif(WIRING_MISSING is not None, reason=str(WIRING_MISSING))
 def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, prometheus, ray_tmp):
     prom, targets = prometheus
     exp = small_experiment(
