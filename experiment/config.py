@@ -202,8 +202,11 @@ class MetricsSpec(FrozenStrictModel):
 
 
 def _default_arms() -> list[ArmSpec]:
+    # The A/A control gives every verdict its engine-instance noise term: without it (or two rounds) a
+    # one-round comparison of two engines cannot tell a configuration from an engine instance.
     return [
         ArmSpec(name="baseline"),
+        ArmSpec(name="baseline-control", control_of="baseline"),
         ArmSpec(
             name="all-optimizations",
             flags=OptimizationFlags(swap_ab=True, moe_backend="triton", no_respecialize=True),
@@ -213,8 +216,8 @@ def _default_arms() -> list[ArmSpec]:
 
 def _default_workload() -> WorkloadSpec:
     return WorkloadSpec(
-        trace=AzureTraceSpec(max_requests=24),
-        speedup=2.0,
+        trace=AzureTraceSpec(max_requests=200),
+        speedup=3.0,
         input_scale=1 / 16,
         output_scale=1 / 8,
         max_input_tokens=512,

@@ -41,6 +41,11 @@ def small_experiment(tmp_path: Path, **overrides) -> Path:
             "max_output_tokens": 8,
         },
         "client": {"warmup_requests": 1},
+        # Two engines, not the default's three: these tests cross the real path, they do not judge.
+        "arms": [
+            {"name": "baseline"},
+            {"name": "all-optimizations", "flags": {"swap_ab": True, "moe_backend": "triton", "no_respecialize": True}},
+        ],
     }
     for key, value in overrides.items():
         exp[key] = value

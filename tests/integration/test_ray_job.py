@@ -94,5 +94,5 @@ def test_ray_job_submit_runs_the_experiment(ray_head, tmp_path):
     (run_dir,) = list(out_dir.iterdir())
     res = json.loads((run_dir / "result.json").read_text())
     assert res["status"] == "ok"
-    assert [a["requests_succeeded"] for a in res["arms"]] == [4, 4]
+    assert [a["requests_succeeded"] for a in res["arms"]] == [4, 4, 4]
     assert res["command"][1:3] == ["experiments/quick-cpu.yaml", "--output_dir"]
