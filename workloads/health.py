@@ -12,18 +12,17 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import StrictModel
 from workloads.records import RequestRecord
 
 LOOP_PROBE_INTERVAL_S = 0.01
 DEFAULT_MAX_DISPATCH_LAG_P99_MS = 1.0
 
 
-class ClientHealth(BaseModel):
+class ClientHealth(StrictModel):
     """One client process over one replay."""
-
-    model_config = ConfigDict(extra="forbid")
 
     client: int = Field(0, description="Client actor (shard) index.")
     node_id: str | None = Field(None, description="Ray node it ran on, when known.")
@@ -38,10 +37,8 @@ class ClientHealth(BaseModel):
     )
 
 
-class ClientBound(BaseModel):
+class ClientBound(StrictModel):
     """Whether the client, not the server, limited a set of records."""
-
-    model_config = ConfigDict(extra="forbid")
 
     flagged: bool = Field(description="True when dispatch_lag_p99_ms exceeds bound_ms: numbers are suspect.")
     dispatch_lag_p99_ms: float | None = Field(description="Over the merged raw records of every client.")

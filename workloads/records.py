@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from common.strict import StrictModel
 
 ErrorKind = Literal["timeout", "reset", "http", "bad_sse", "connect", "not_sent", "other"]
 
 
-class RequestRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RequestRecord(StrictModel):
     index: int = Field(description="Position of the request in the replayed schedule.")
     arm: str = Field(description="Arm the request was sent to.")
     round: int = Field(0, ge=0, description="Round of the experiment (arms interleaved A B B A ...).")

@@ -6,12 +6,12 @@ requests, and client actors can each take a shard of it without talking to each 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from common.strict import FrozenStrictModel
 
 
-class PlannedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class PlannedRequest(FrozenStrictModel):
     index: int = Field(description="Position in the schedule; also seeds the prompt.")
     send_offset_s: float = Field(
         ge=0, description="Intended send time after the common start (for a chained request: its earliest time)."
@@ -31,10 +31,8 @@ class PlannedRequest(BaseModel):
     think_time_s: float = Field(0.0, ge=0, description="Pause between after_index finishing and this send.")
 
 
-class TraceRow(BaseModel):
+class TraceRow(FrozenStrictModel):
     """A request as a trace describes it, before scaling to the engine under test."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     arrival_s: float | None = Field(description="Offset from the trace's first request; null: the trace has no times.")
     input_tokens: int = Field(ge=0, description="Prompt length in the trace's tokens.")

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from common.strict import FrozenStrictModel, StrictModel
 from workloads.arrivals import ArrivalError, ArrivalSpec, plan_arrivals
 from workloads.arrivals.trace import TraceArrivalSpec
 from workloads.schedule import PlannedRequest, TraceRow
@@ -20,9 +21,7 @@ from workloads.traces import TraceFormatError, TraceSpec, read_trace
 from workloads.traces.azure import AzureTraceSpec
 
 
-class WorkloadSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WorkloadSpec(FrozenStrictModel):
     trace: TraceSpec = Field(default_factory=AzureTraceSpec, description="Where requests come from (by `kind`).")
     arrival: ArrivalSpec = Field(
         default_factory=TraceArrivalSpec,
@@ -60,9 +59,7 @@ class WorkloadSpec(BaseModel):
         return self
 
 
-class Schedule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Schedule(StrictModel):
     requests: list[PlannedRequest]
     clipped_input: int = Field(description="Requests whose prompt was clipped to max_input_tokens.")
     clipped_output: int = Field(description="Requests whose output was clipped to max_output_tokens.")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from common.strict import FrozenStrictModel
 
 
-class OpenArrivalSpec(BaseModel):
+class OpenArrivalSpec(FrozenStrictModel):
     """Open-loop processes: send times do not depend on how fast the server answers."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ramp_up_s: float = Field(0.0, ge=0, description="Grow the rate linearly from 0 to full over this time.")
 

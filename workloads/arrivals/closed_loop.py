@@ -10,14 +10,13 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import FrozenStrictModel
 from workloads.arrivals.base import ArrivalPlan
 
 
-class ClosedLoopArrivalSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ClosedLoopArrivalSpec(FrozenStrictModel):
     kind: Literal["closed_loop"] = "closed_loop"
     concurrency: int = Field(ge=1, description="Users, i.e. requests in flight.")
     ramp_up_s: float = Field(0.0, ge=0, description="Start the users evenly spread over this time.")

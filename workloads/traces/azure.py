@@ -10,8 +10,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
 from workloads.traces.base import (
     LoadedTrace,
@@ -27,9 +28,7 @@ COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _FRACTION = re.compile(r"\.(\d+)")
 
 
-class AzureTraceSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class AzureTraceSpec(FrozenStrictModel):
     kind: Literal["azure"] = "azure"
     path: Path = Field(
         Path("azure_conv_2023_sample.csv"),

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
 from workloads.traces.base import (
     LoadedTrace,
@@ -25,9 +26,7 @@ from workloads.traces.base import (
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 
 
-class BurstGptTraceSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class BurstGptTraceSpec(FrozenStrictModel):
     kind: Literal["burstgpt"] = "burstgpt"
     path: Path = Field(Path("burstgpt_sample.csv"), description="BurstGPT CSV (same lookup as every trace path).")
     max_requests: int | None = Field(None, ge=1, description="Use only the first N kept rows.")

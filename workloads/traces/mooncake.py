@@ -11,17 +11,16 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
 from workloads.traces.base import LoadedTrace, TraceFormatError, check_order, non_empty, resolve_trace_path
 
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
-class MooncakeTraceSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class MooncakeTraceSpec(FrozenStrictModel):
     kind: Literal["mooncake"] = "mooncake"
     path: Path = Field(Path("mooncake_synthetic_sample.jsonl"), description="Mooncake JSON Lines trace.")
     max_requests: int | None = Field(None, ge=1, description="Use only the first N rows.")

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
 from workloads.traces.base import LoadedTrace, TraceFormatError, non_empty, resolve_trace_path
 
@@ -25,9 +26,7 @@ from workloads.traces.base import LoadedTrace, TraceFormatError, non_empty, reso
 _HISTORY_KEY_BASE = 1 << 40
 
 
-class ShareGptTraceSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ShareGptTraceSpec(FrozenStrictModel):
     kind: Literal["sharegpt"] = "sharegpt"
     path: Path = Field(Path("sharegpt_sample.json"), description="ShareGPT JSON file.")
     max_requests: int | None = Field(None, ge=1, description="Stop after this many requests.")
