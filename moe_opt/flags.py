@@ -21,6 +21,12 @@ FLAGS_ENV_VAR = "MOEPERF_ARM_FLAGS"
 
 MoeBackend = Literal["auto", "triton", "flashinfer_cutlass", "cutlass", "deep_gemm", "marlin"]
 TRITON_KERNEL_SWITCHES = ("swap_ab", "no_respecialize")
+SWITCHES = ("swap_ab", "moe_backend", "no_respecialize")
+"""The flags that each get a status in the engine (``no_respecialize_kernels`` only extends ``no_respecialize``)."""
+
+FlagStatus = Literal["applied", "vllm_default", "not_applicable_cpu"]
+"""What a worker did with one switch: ``applied`` (patched, or verified in the engine config), ``vllm_default``
+(the arm asks for nothing), ``not_applicable_cpu`` (vLLM's CPU build never runs what the switch acts on)."""
 
 
 class UnsupportedFlagCombination(ValueError):
@@ -84,6 +90,25 @@ class OptimizationFlags(FrozenStrictModel):
         """CLI arguments for ``vllm.entrypoints.openai.api_server``."""
         return [] if self.moe_backend == "auto" else ["--moe-backend", self.moe_backend]
 
+    def asks_for(self, switch: str) -> bool:
+        """Whether the arm changes ``switch`` (one of SWITCHES) from vLLM's default: what the engine must apply."""
+        if switch == "swap_ab":
+            return self.swap_ab is not None
+        if switch == "moe_backend":
+            return self.moe_backend != "auto"
+        if switch == "no_respecialize":
+            return self.no_respecialize
+        raise KeyError(switch)
+
+    def value_text(self, field: str) -> str:
+        """One field as it reads in a message and in the plugin's labels: ``vllm-default``, ``true``, ``triton``."""
+        v = getattr(self, field)
+        if v is None:
+            return "vllm-default"
+        if isinstance(v, bool):
+            return str(v).lower()
+        return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+
     def needs_plugin(self) -> bool:
         """Swap-AB and re-specialisation have no vLLM flag: only the worker plugin can apply them."""
         return self.swap_ab is not None or self.no_respecialize
@@ -92,10 +117,7 @@ class OptimizationFlags(FrozenStrictModel):
         return {FLAGS_ENV_VAR: self.model_dump_json()}
 
     def describe(self) -> str:
-        parts = [f"moe_backend={self.moe_backend}"]
-        parts.append("swap_ab=" + ("vllm-default" if self.swap_ab is None else str(self.swap_ab).lower()))
-        parts.append(f"no_respecialize={str(self.no_respecialize).lower()}")
-        return " ".join(parts)
+        return " ".join(f"{f}={self.value_text(f)}" for f in ("moe_backend", "swap_ab", "no_respecialize"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OptimizationFlags | None:

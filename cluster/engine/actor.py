@@ -12,18 +12,27 @@ import os
 import platform
 import tempfile
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 import ray
 
-from cluster.engine.command import Device, PluginLabels, ServerCommand, server_command
+from cluster.engine.command import (
+    Device,
+    MissingSharedJitCache,
+    PluginLabels,
+    ServerCommand,
+    jit_cache_dir_for,
+    server_command,
+)
+from cluster.engine.observed import observe_engine
 from cluster.engine.server import EngineStartError, ServerProcess
 from cluster.engine.startup_log import moe_backends_in_log
 from common.environment import package_version
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
 from moe_opt.flags import OptimizationFlags
-from result_format.run_result import EngineInfo
+from result_format.run_result import EngineInfo, ObservedEngine
 
 
 def resolve_model_path(model: ModelSpec) -> str:
@@ -41,7 +50,11 @@ def prompt_id_range(model: ModelSpec, model_path: str) -> tuple[int, int]:
 
 
 class EngineActor:
-    """Owns the server; every method is quick except ``start``, which blocks until healthy."""
+    """Owns the server; every method is quick except ``start``, which blocks until healthy.
+
+    ``jit_cache_dir`` is the run's shared JIT cache (the driver passes ``<run_dir>/jit-cache``), required by
+    ``engine.cache_state: shared_warm`` and unused otherwise (see ``jit_cache_dir_for``).
+    """
 
     def __init__(
         self,
@@ -52,9 +65,16 @@ class EngineActor:
         engine: EngineSpec,
         device: Device,
         gpu_ids: list[str],
+        jit_cache_dir: str | None = None,
     ) -> None:
         self.run_id, self.arm, self.flags, self.model, self.engine = run_id, arm, flags, model, engine
         self.device, self.gpu_ids = device, gpu_ids
+        self.jit_cache_dir = None if jit_cache_dir is None else Path(jit_cache_dir)
+        if engine.cache_state == "shared_warm" and self.jit_cache_dir is None:
+            raise MissingSharedJitCache(
+                f"arm {arm}: engine.cache_state shared_warm needs the run's shared JIT cache dir "
+                "(EngineActor jit_cache_dir=<run_dir>/jit-cache); none was given"
+            )
         self.server: ServerProcess | None = None
         self.log_dir = Path(tempfile.mkdtemp(prefix=f"moeperf-engine-{arm}-"))
 
@@ -62,7 +82,7 @@ class EngineActor:
         return ray.util.get_node_ip_address() if self.engine.host == "node-ip" else self.engine.host
 
     def _command(self, model_path: str, host: str, port: int) -> ServerCommand:
-        """The arm's server on ``port``, with the plugin's labels and fresh per-start directories."""
+        """The arm's server on ``port``, with the plugin's labels, fresh per-start directories and its JIT caches."""
         # vLLM sums every .db file in this dir: a fresh one per server start, so a failed attempt counts nothing.
         metrics_dir = Path(tempfile.mkdtemp(prefix="prometheus-", dir=self.log_dir))
         labels = PluginLabels(
@@ -79,27 +99,27 @@ class EngineActor:
             labels=labels,
             metrics_dir=metrics_dir,
             gpu_ids=self.gpu_ids,
+            jit_cache_dir=jit_cache_dir_for(self.engine, self.jit_cache_dir, self.log_dir),
         )
-        return ServerCommand(command.argv, command.env | self._cold_jit_caches())
-
-    def _cold_jit_caches(self) -> dict[str, str]:
-        """Empty compile caches when asked, so each arm pays its own JIT compiles."""
-        if not self.engine.fresh_triton_cache:
-            return {}
-        # Inductor's and vLLM's compile caches hold Triton binaries too: a cold Triton cache alone would let a
-        # later arm reuse an earlier arm's torch.compile output and skip compiles the earlier one paid for.
-        jit = Path(tempfile.mkdtemp(prefix="jit-cache-", dir=self.log_dir))
-        return {"TRITON_CACHE_DIR": str(jit / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(jit / "inductor"),
-                "VLLM_CACHE_ROOT": str(jit / "vllm")}  # fmt: skip
+        return command
 
     def start(self) -> EngineInfo:
         """Blocks until healthy; a port clash is retried on another port inside ``ServerProcess``."""
+        startup_s = self.start_server()
+        assert self.server is not None
+        return self._info(self.server, startup_s)
+
+    def start_server(self, base_env: Mapping[str, str] | None = None) -> float:
+        """``start`` without the Ray-side EngineInfo: seconds until healthy. Lets a test run this actor's engine.
+
+        ``base_env`` (default: this process's environment) is what the server's own variables go on top of.
+        """
         model_path = resolve_model_path(self.model)
         host = self._host()
-        self.server = ServerProcess(lambda port: self._command(model_path, host, port), os.environ, self.log_dir, host)
+        env = os.environ if base_env is None else base_env
+        self.server = ServerProcess(lambda port: self._command(model_path, host, port), env, self.log_dir, host)
         self.server.start()
-        startup_s = self.server.wait_healthy(self.engine.startup_timeout_s)
-        return self._info(self.server, startup_s)
+        return self.server.wait_healthy(self.engine.startup_timeout_s)
 
     def _info(self, server: ServerProcess, startup_s: float) -> EngineInfo:
         assert server.command is not None
@@ -147,13 +167,27 @@ class EngineActor:
 
     def metrics_text(self) -> str:
         """The engine's /metrics (vLLM's own and, through its multiprocess dir, the plugin's); '' if down."""
+        return self._scrape()[0]
+
+    def _scrape(self) -> tuple[str, str | None]:
         if self.server is None:
-            return ""
+            return "", "engine not started"
         try:
             with urllib.request.urlopen(f"{self.server.url}/metrics", timeout=30) as r:
-                return str(r.read().decode())
-        except OSError:
-            return ""
+                return str(r.read().decode()), None
+        except OSError as e:
+            return "", f"GET /metrics failed: {e}"
+
+    def observe(self) -> ObservedEngine:
+        """What the engine's workers report they ran (see ``cluster.engine.observed``).
+
+        Call it once the engine is healthy, and again after each replay for the launch counts and config
+        sources so far; compare with ``flag_mismatch``. The plugin's counters reach /metrics within 0.5 s
+        (its flush period); its info series is written when each worker starts, before the engine is healthy.
+        """
+        text, error = self._scrape()
+        logged = moe_backends_in_log(self.server.log_path) if self.server is not None else []
+        return observe_engine(text, logged, error)
 
     def poll(self) -> int | None:
         return None if self.server is None else self.server.poll()

@@ -8,6 +8,7 @@ environment are what the engine got. Free of Ray: nothing here needs a cluster.
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,9 @@ from moe_opt.flags import OptimizationFlags
 from moe_opt.plugin.settings import ARM_ENV, ENGINE_ENV, NODE_ENV, RUN_ID_ENV
 
 Device = Literal["cpu", "cuda"]
+JIT_CACHE_VARS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm"}
+"""Every compile cache an engine fills, and its subfolder of a JIT cache dir. Inductor's and vLLM's caches hold
+Triton binaries too: pointing Triton's alone somewhere would let an engine reuse compiles the others hold."""
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CPU_GPU_MEMORY_UTILIZATION = 0.12  # on the CPU build: the share of RAM vLLM may take
 CUDA_GPU_MEMORY_UTILIZATION = 0.9
@@ -80,6 +84,36 @@ def server_argv(
     return argv + list(engine.extra_args)
 
 
+class MissingSharedJitCache(ValueError):
+    """cache_state shared_warm without the run's shared cache dir: the engine would start as found instead."""
+
+
+def jit_cache_dir_for(engine: EngineSpec, shared_dir: Path | None, fresh_parent: Path) -> Path | None:
+    """The JIT cache dir of one engine start, by ``engine.cache_state``.
+
+    shared_warm: ``shared_dir``, the run's one cache (the same for every engine of the run, so every arm
+    starts as warm as the others once the warm-up pass filled it); cold_per_arm: a new empty dir under
+    ``fresh_parent``, per start; as_found: None, the node's caches as they are.
+    """
+    if engine.cache_state == "shared_warm":
+        if shared_dir is None:
+            raise MissingSharedJitCache(
+                "engine.cache_state shared_warm needs the run's shared JIT cache dir (EngineActor jit_cache_dir, "
+                "<run_dir>/jit-cache); none was given"
+            )
+        shared_dir.mkdir(parents=True, exist_ok=True)
+        return shared_dir
+    if engine.cache_state == "cold_per_arm":
+        fresh_parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="jit-cache-", dir=fresh_parent))
+    return None
+
+
+def jit_cache_env(jit_cache_dir: Path) -> dict[str, str]:
+    """Triton's, Inductor's and vLLM's compile caches in subfolders of ``jit_cache_dir``."""
+    return {var: str(jit_cache_dir / sub) for var, sub in JIT_CACHE_VARS.items()}
+
+
 def server_env(
     engine: EngineSpec,
     flags: OptimizationFlags | None,
@@ -87,12 +121,16 @@ def server_env(
     gpu_ids: Sequence[str] | None,
     labels: PluginLabels | None,
     metrics_dir: Path | None,
+    jit_cache_dir: Path | None = None,
 ) -> dict[str, str]:
     """Without flags the plugin stays inert: the engine runs as if moeperf were not installed.
 
     ``gpu_ids`` None leaves CUDA_VISIBLE_DEVICES to the caller's environment; a list (Ray's devices
     for the arm) replaces it. ``metrics_dir`` is PROMETHEUS_MULTIPROC_DIR: vLLM sums every .db file in
-    it, so each server start needs a fresh one or a failed attempt would count too.
+    it, so each server start needs a fresh one or a failed attempt would count too. ``jit_cache_dir``
+    (the engine's cache_state decides which, see ``cluster.engine.actor``) holds every compile cache;
+    None leaves them where the environment has them. Set after the experiment's own variables: the
+    cache state the result records must be the one the engine had.
     """
     env: dict[str, str] = {} if flags is None else dict(flags.engine_env())
     env["VLLM_SERVER_DEV_MODE"] = "1"  # for POST /reset_prefix_cache between rounds
@@ -107,6 +145,8 @@ def server_env(
         env |= labels.env()
     if metrics_dir is not None:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    if jit_cache_dir is not None:
+        env |= jit_cache_env(jit_cache_dir)
     return env
 
 
@@ -122,9 +162,10 @@ def server_command(
     labels: PluginLabels | None = None,
     metrics_dir: Path | None = None,
     gpu_ids: Sequence[str] | None = None,
+    jit_cache_dir: Path | None = None,
 ) -> ServerCommand:
     """Argv and environment of one vLLM OpenAI server for ``model`` (weights at ``model_path``) on ``device``."""
     return ServerCommand(
         argv=server_argv(model, model_path, engine, flags, device, host, port),
-        env=server_env(engine, flags, device, gpu_ids, labels, metrics_dir),
+        env=server_env(engine, flags, device, gpu_ids, labels, metrics_dir, jit_cache_dir),
     )

@@ -65,12 +65,14 @@ class Buffer:
 
     def histogram(self, child: Any) -> BufferedHistogram:
         b = BufferedHistogram(self, child)
-        self._hists.append(b)
+        with self.lock:  # series are also added while serving (a new batch bucket), beside the flush thread
+            self._hists.append(b)
         return b
 
     def counter(self, child: Any) -> BufferedCounter:
         c = BufferedCounter(self, child)
-        self._counters.append(c)
+        with self.lock:
+            self._counters.append(c)
         return c
 
     def flush(self) -> None:

@@ -4,7 +4,9 @@
 every step, whatever the platform's worker class is (CPUWorker, GPU Worker), so wrapping it once
 covers every rank. Patching happens on the class at plugin load; per-rank state is created in
 ``init_device``, the first point where the rank and its device are known and before the model is
-loaded (so flags are applied before any kernel runs and warm-up compilations are counted).
+loaded (so flags are applied before any kernel runs and warm-up compilations are counted); the
+kernel-choice counters (``kernel_choices``) are installed there too, after the flags' patches.
+``initialize_from_config`` is the first call after the model is loaded: each MoE layer's backend is read there.
 The Ray executor's compiled-graph path (``execute_model_ray``) bypasses the wrapper: not covered.
 """
 
@@ -15,11 +17,12 @@ import logging
 import os
 from typing import Any
 
-from moe_opt.flags import OptimizationFlags
+from moe_opt.flags import FlagStatus, OptimizationFlags
 from moe_opt.plugin.buffered import Buffer
 from moe_opt.plugin.gpu import NvmlSampler, identify
-from moe_opt.plugin.metrics import Metrics
-from moe_opt.plugin.patches import PatchTargetMissing, apply_flags, installed_vllm_version
+from moe_opt.plugin.kernel_choices import install_config_sources, install_launch_counter, moe_layer_backends
+from moe_opt.plugin.metrics import PLUGIN_INFO, Metrics
+from moe_opt.plugin.patches import PatchTargetMissing, apply_flags, installed_vllm_version, not_applied_reason
 from moe_opt.plugin.rank import RankInstruments
 from moe_opt.plugin.settings import PluginSettings
 from moe_opt.plugin.sync import CollectiveClock, SyncRing, ring_path, time_collectives
@@ -46,6 +49,50 @@ def _flags_labels(flags: OptimizationFlags) -> dict[str, str]:
         "swap_ab": "vllm_default" if flags.swap_ab is None else str(flags.swap_ab).lower(),
         "moe_backend": flags.moe_backend,
         "no_respecialize": str(flags.no_respecialize).lower(),
+    }
+
+
+def triton_version() -> str:
+    """The Triton vLLM runs its kernels with, or "none": vLLM's CPU build disables an installed Triton."""
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:
+        HAS_TRITON = False
+    if not HAS_TRITON:
+        return "none"
+    try:
+        import triton
+
+        return str(triton.__version__)
+    except ImportError:
+        return "none"
+
+
+def info_labels(
+    rank_labels: dict[str, str],
+    settings: PluginSettings,
+    status: dict[str, FlagStatus],
+    *,
+    vllm_version: str,
+    platform: str,
+    world_size: int,
+    engine_moe_backend: Any,
+) -> dict[str, str]:
+    """The labels of this rank's ``moeperf_plugin_info``: what it was asked, decoded, applied and runs with."""
+    applies = platform == "cuda" or settings.force_patches
+    return {
+        **rank_labels,
+        "run_id": settings.run_id,
+        "vllm_version": vllm_version,
+        "platform": platform,
+        **_flags_labels(settings.flags),
+        **{f"{k}_status": v for k, v in status.items()},
+        "flags_applied": str(any(v == "applied" for v in status.values())).lower(),
+        "world_size": str(world_size),
+        "triton_version": triton_version(),
+        "engine_moe_backend": str(engine_moe_backend or "unknown"),
+        "not_applied_reason": not_applied_reason(status, applies) or "none",
+        "flags": settings.flags.model_dump_json(),  # exactly what this worker decoded, for the harness to compare
     }
 
 
@@ -112,16 +159,19 @@ def setup_rank(wrapper: Any) -> RankInstruments:
     inst = RankInstruments(labels, rank, world, metrics, STATE.clock, ring, settings.rank_delay, buffer)
     buffer.start()
     atexit.register(buffer.stop)
-    info = {
-        **labels,
-        "run_id": settings.run_id,
-        "vllm_version": version,
-        "platform": "cuda" if on_gpu else str(getattr(device, "type", "cpu")),
-        **_flags_labels(settings.flags),
-        **{f"{k}_status": v for k, v in status.items()},
-        "flags_applied": str(any(v == "applied" for v in status.values())).lower(),
-    }
-    metrics.get("moeperf_plugin_info").labels(**info).set(1)
+    # After the flags' patches: the Swap-AB decision counted is the one the arm's patch makes, if any.
+    install_launch_counter(inst.on_launch, version)
+    install_config_sources(inst.on_config_lookup, version)
+    info = info_labels(
+        labels,
+        settings,
+        status,
+        vllm_version=version,
+        platform="cuda" if on_gpu else str(getattr(device, "type", "cpu")),
+        world_size=world,
+        engine_moe_backend=getattr(kernel_config, "moe_backend", None),
+    )
+    metrics.get(PLUGIN_INFO).labels(**info).set(1)
     _start_exporter(settings, rank)
     try:
         from moe_opt.kernels.compile_counter import CompileCounter
@@ -134,6 +184,20 @@ def setup_rank(wrapper: Any) -> RankInstruments:
         STATE.keep.append(sampler)
     logger.info("moeperf: rank %d instrumented (%s), flags %s", rank, labels, status)
     return inst
+
+
+def record_moe_backends(wrapper: Any) -> None:
+    """After the model is loaded: which backend and experts class each MoE layer got (an observation only)."""
+    inst = STATE.instruments
+    if inst is None:
+        return
+    try:
+        layers = moe_layer_backends(wrapper.worker.get_model())
+    except Exception as e:  # noqa: BLE001 - a model runner without get_model: the start-up log still says it
+        logger.info("moeperf: MoE layer backends not read (%s)", e)
+        return
+    inst.set_moe_backends(dict(layers))
+    logger.info("moeperf: MoE layer backends %s", dict(layers))
 
 
 def _resolve(qualname: str) -> Any:
@@ -153,11 +217,18 @@ def install(settings: PluginSettings) -> None:
         return
     STATE.settings = settings
     cls = _resolve(WRAPPER)
-    for name in ("init_device", "execute_model"):
+    for name in ("init_device", "execute_model", "initialize_from_config"):
         if not callable(cls.__dict__.get(name)):
             raise PatchTargetMissing("instruments", f"{WRAPPER}.{name}", installed_vllm_version(), "method missing")
     orig_init_device = cls.__dict__["init_device"]
     orig_execute = cls.__dict__["execute_model"]
+    orig_initialize = cls.__dict__["initialize_from_config"]
+
+    def initialize_from_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # vLLM's engine core calls it once per worker after load_model and before warm-up: the model is there.
+        out = orig_initialize(self, *args, **kwargs)
+        record_moe_backends(self)
+        return out
 
     def init_device(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = orig_init_device(self, *args, **kwargs)
@@ -184,5 +255,6 @@ def install(settings: PluginSettings) -> None:
 
     cls.init_device = init_device
     cls.execute_model = execute_model
+    cls.initialize_from_config = initialize_from_config
     if "sample_tokens" not in cls.__dict__:
         cls.sample_tokens = sample_tokens

@@ -24,7 +24,16 @@ INFO_LABELS = (
     "no_respecialize",
     *FLAG_STATUS_LABELS,
     "flags_applied",
+    "world_size",
+    "triton_version",
+    "engine_moe_backend",
+    "not_applied_reason",
+    "flags",
 )
+PLUGIN_INFO = "moeperf_plugin_info"
+FUSED_MOE_LAUNCHES = "moeperf_fused_moe_launches_total"
+MOE_CONFIG_LOOKUPS = "moeperf_moe_config_lookups_total"
+MOE_BACKEND_LAYERS = "moeperf_moe_backend_layers"
 
 TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STEP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5, 5, 10)
@@ -45,11 +54,33 @@ class MetricSpec:
 
 SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
-        "moeperf_plugin_info",
+        PLUGIN_INFO,
         "gauge",
         INFO_LABELS,
         "1 per worker rank running the moeperf plugin; labels carry the arm's requested flags and, per flag, "
         "whether it was applied, left at vLLM's default or not applicable (CPU build).",
+    ),
+    MetricSpec(
+        FUSED_MOE_LAUNCHES,
+        "counter",
+        (*RANK_LABELS, "swap_ab", "bucket"),
+        "Launches of vLLM's Triton fused_moe_kernel on this rank by the SWAP_AB they ran with (true/false, "
+        "whether forced by the arm or chosen by vLLM) and bucket = power of two at or above the launch's "
+        "token count M; host-side, so CUDA-graph replays are not counted.",
+    ),
+    MetricSpec(
+        MOE_CONFIG_LOOKUPS,
+        "counter",
+        (*RANK_LABELS, "config_file", "source"),
+        "vLLM's fused-MoE tile-config lookups on this rank by the file name it looked for (one per MoE shape) "
+        "and source = the tuned JSON it loaded, or default (none found: vLLM's built-in heuristic config).",
+    ),
+    MetricSpec(
+        MOE_BACKEND_LAYERS,
+        "gauge",
+        (*RANK_LABELS, "backend", "experts"),
+        "MoE layers of the model on this rank per backend vLLM's oracle chose and experts class it runs, read "
+        "once after the model is loaded.",
     ),
     MetricSpec(
         "moeperf_rank_ttft_seconds",

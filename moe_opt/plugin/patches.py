@@ -15,13 +15,17 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from moe_opt.flags import OptimizationFlags
+from moe_opt.flags import SWITCHES, FlagStatus, OptimizationFlags
 
 logger = logging.getLogger(__name__)
 
-FlagStatus = Literal["applied", "vllm_default", "not_applicable_cpu"]
+CPU_NOT_APPLIED = (
+    "vLLM's CPU build runs MoE in its own CPU kernels: no Triton fused_moe_kernel (vLLM disables Triton), "
+    "no FP8 MoE backends, no Triton JIT"
+)
+DEFAULTS_ONLY = "the arm asks for vLLM's defaults only"
 
 SWAP_AB_NAME = "enable_swap_ab"
 SWAP_AB_CALL_SITES = ("vllm.model_executor.layers.fused_moe.fused_moe",)
@@ -181,11 +185,7 @@ def apply_flags(
     exercise the refusal path end to end.
     """
     swap_ab, backend, no_respec = flags.swap_ab, flags.moe_backend, flags.no_respecialize
-    status: dict[str, FlagStatus] = {
-        "swap_ab": "vllm_default" if swap_ab is None else "applied",
-        "moe_backend": "vllm_default" if backend == "auto" else "applied",
-        "no_respecialize": "applied" if no_respec else "vllm_default",
-    }
+    status: dict[str, FlagStatus] = {s: "applied" if flags.asks_for(s) else "vllm_default" for s in SWITCHES}
     if not on_gpu:
         for k, v in status.items():
             if v == "applied":
@@ -206,3 +206,10 @@ def apply_flags(
             patch_no_respecialize(target, args, vllm_version, import_module=import_module)
     logger.info("moeperf: flags applied on vLLM %s: %s", vllm_version, status)
     return status
+
+
+def not_applied_reason(status: dict[str, FlagStatus], on_gpu: bool) -> str | None:
+    """Why a worker applied no flag at all (None when it applied one): what its observation must say instead."""
+    if any(v == "applied" for v in status.values()):
+        return None
+    return DEFAULTS_ONLY if on_gpu else CPU_NOT_APPLIED

@@ -11,8 +11,8 @@ import logging
 import time
 from typing import Any
 
-from moe_opt.plugin.buffered import Buffer
-from moe_opt.plugin.metrics import Metrics
+from moe_opt.plugin.buffered import Buffer, BufferedCounter
+from moe_opt.plugin.metrics import FUSED_MOE_LAUNCHES, MOE_BACKEND_LAYERS, MOE_CONFIG_LOOKUPS, Metrics
 from moe_opt.plugin.settings import RankDelay
 from moe_opt.plugin.steps import PrefillTracker, StepPlan
 from moe_opt.plugin.sync import CollectiveClock, SyncRing
@@ -51,6 +51,8 @@ class RankInstruments:
             if rank == 0
             else None
         )
+        self._launches: dict[tuple[bool, int], BufferedCounter] = {}
+        self._lookups: dict[tuple[str, str], BufferedCounter] = {}
         self.tracker = PrefillTracker()
         self.step_index = -1
         self.served_steps = 0
@@ -116,6 +118,28 @@ class RankInstruments:
             self.metrics.get("moeperf_triton_compile_seconds").labels(*lv).observe(event.wall_s)
         except Exception:  # noqa: BLE001 - an instrument must never break a kernel launch
             logger.exception("moeperf: could not record a Triton compile event")
+
+    # ----- kernel choices (kernel_choices.py calls these from vLLM's MoE path) -------------------------
+    def on_launch(self, swap_ab: bool, bucket: int) -> None:
+        """One fused_moe_kernel launch: a dict lookup and a buffered add (the counter child is made once per key)."""
+        c = self._launches.get((swap_ab, bucket))
+        if c is None:
+            lv = (*self.labels.values(), str(swap_ab).lower(), str(bucket))
+            child = self.metrics.get(FUSED_MOE_LAUNCHES).labels(*lv)
+            c = self._launches[(swap_ab, bucket)] = self.buffer.counter(child)
+        c.inc(1)
+
+    def on_config_lookup(self, config_file: str, source: str) -> None:
+        c = self._lookups.get((config_file, source))
+        if c is None:
+            child = self.metrics.get(MOE_CONFIG_LOOKUPS).labels(*self.labels.values(), config_file, source)
+            c = self._lookups[(config_file, source)] = self.buffer.counter(child)
+        c.inc(1)
+
+    def set_moe_backends(self, layers: dict[tuple[str, str], int]) -> None:
+        gauge = self.metrics.get(MOE_BACKEND_LAYERS)
+        for (backend, experts), n in layers.items():
+            gauge.labels(*self.labels.values(), backend, experts).set(n)
 
     def set_gauge(self, name: str, value: float) -> None:
         self.metrics.get(name).labels(*self.labels.values()).set(value)

@@ -16,14 +16,15 @@ from cluster.engine.server import EngineStartError, ServerProcess
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
 from moe_opt.flags import OptimizationFlags
-from moe_opt.plugin.metrics import GPU_SPECS, SPECS
+from moe_opt.plugin.metrics import FUSED_MOE_LAUNCHES, GPU_SPECS, MOE_CONFIG_LOOKUPS, SPECS
 from tests.engine_http import Samples, complete, engine_server, poll, scrape, series, total
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COMPILE_SPECS = {"moeperf_triton_compiles_total", "moeperf_triton_cache_hits_total", "moeperf_triton_compile_seconds"}
-# What a CPU engine can show: no Triton kernel runs there and there is no GPU for NVML.
-CPU_VISIBLE = [s for s in SPECS if s not in GPU_SPECS and s.name not in COMPILE_SPECS]
+TRITON_MOE_SPECS = {FUSED_MOE_LAUNCHES, MOE_CONFIG_LOOKUPS}
+# What a CPU engine can show: no Triton kernel (nor vLLM's Triton MoE path) runs there and there is no GPU for NVML.
+CPU_VISIBLE = [s for s in SPECS if s not in GPU_SPECS and s.name not in COMPILE_SPECS | TRITON_MOE_SPECS]
 DELAY_S = 0.05
 
 
@@ -64,6 +65,8 @@ def test_tp1_per_rank_metrics_and_flags_info(tmp_path: Path) -> None:
         assert info["no_respecialize"] == "true" and info["no_respecialize_status"] == "not_applicable_cpu"
         assert info["moe_backend_status"] == "vllm_default" and info["flags_applied"] == "false"
         assert info["run_id"] == "run-1" and info["platform"] == "cpu"
+        assert OptimizationFlags.model_validate_json(info["flags"]) == flags and info["world_size"] == "1"
+        assert info["triton_version"] == "none" and info["not_applied_reason"].startswith("vLLM's CPU build")
         assert total(samples, "moeperf_rank_ttft_seconds_count") >= 1
         assert any(n.startswith("vllm:") for n, _ in samples)  # vLLM's own metrics still served
 

@@ -21,7 +21,8 @@ def test_the_classes_the_plugin_wraps_exist_in_the_installed_vllm() -> None:
     from moe_opt.plugin.hooks import GROUP, WRAPPER
 
     wrapper = _resolve(WRAPPER)
-    assert callable(wrapper.__dict__["init_device"]) and callable(wrapper.__dict__["execute_model"])
+    for method in ("init_device", "execute_model", "initialize_from_config"):
+        assert callable(wrapper.__dict__[method]), method
     assert callable(_resolve(GROUP).__dict__["all_reduce"])
 
 
@@ -49,3 +50,18 @@ def test_info_labels_of_flags() -> None:
         "moe_backend": "triton",
         "no_respecialize": "true",
     }
+
+
+def test_triton_version_is_none_where_vllm_runs_without_triton() -> None:
+    """vLLM's CPU build disables an installed Triton: the engine's kernels ran without it, whatever pip says."""
+    pytest.importorskip("vllm")
+    from vllm.triton_utils import HAS_TRITON
+
+    from moe_opt.plugin.hooks import triton_version
+
+    if HAS_TRITON:
+        import triton
+
+        assert triton_version() == triton.__version__
+    else:
+        assert triton_version() == "none"

@@ -9,8 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from cluster.engine.actor import EngineActor
-from cluster.engine.command import PluginLabels, server_command
+from cluster.engine.command import JIT_CACHE_VARS, MissingSharedJitCache, PluginLabels, server_command
 from experiment.config import EngineSpec, ModelSpec
 from moe_opt.flags import FLAGS_ENV_VAR, OptimizationFlags
 from moe_opt.plugin.settings import load_settings
@@ -29,9 +31,10 @@ def test_the_actor_bench_and_test_engines_use_the_one_command() -> None:
     from tests import engine_http
 
     assert plugin_cost.server_command is server_command and engine_http.server_command is server_command
-    actor = EngineActor("run-1", "fast", TRITON, MODEL, EngineSpec(), "cuda", ["2", "3"])
+    engine = EngineSpec(cache_state="as_found")
+    actor = EngineActor("run-1", "fast", TRITON, MODEL, engine, "cuda", ["2", "3"])
     got = actor._command("/models/m", "127.0.0.1", 8123)
-    want = server_command(MODEL, "/models/m", EngineSpec(), "cuda", "127.0.0.1", 8123, flags=TRITON, gpu_ids=["2", "3"])
+    want = server_command(MODEL, "/models/m", engine, "cuda", "127.0.0.1", 8123, flags=TRITON, gpu_ids=["2", "3"])
     assert got.argv == want.argv
     assert {k: v for k, v in got.env.items() if k in want.env} == want.env
 
@@ -97,3 +100,43 @@ def test_the_experiments_env_cannot_relabel_the_engine(tmp_path: Path) -> None:
     cmd = server_command(MODEL, "/m", engine, "cpu", "h", 1, flags=None, labels=labels, metrics_dir=tmp_path)
     assert cmd.env["MOEPERF_ARM"] == "fast" and cmd.env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
     assert cmd.env["OMP_NUM_THREADS"] == "1"
+
+
+def _jit_env(actor: EngineActor) -> dict[str, str]:
+    env = actor._command("/m", "127.0.0.1", 1).env
+    return {k: v for k, v in env.items() if k in JIT_CACHE_VARS}
+
+
+def test_shared_warm_points_every_engine_of_the_run_at_one_cache(tmp_path: Path) -> None:
+    shared = tmp_path / "run-1" / "jit-cache"
+    engine = EngineSpec(cache_state="shared_warm", env={"TRITON_CACHE_DIR": "/somewhere/else"})
+    a = EngineActor("run-1", "a", TRITON, MODEL, engine, "cpu", [], jit_cache_dir=str(shared))
+    b = EngineActor("run-1", "b", OptimizationFlags(), MODEL, engine, "cpu", [], jit_cache_dir=str(shared))
+    want = {"TRITON_CACHE_DIR": str(shared / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(shared / "inductor"),
+            "VLLM_CACHE_ROOT": str(shared / "vllm")}  # fmt: skip
+    assert _jit_env(a) == _jit_env(b) == _jit_env(a) == want  # both arms, every start; the experiment's env loses
+    assert shared.is_dir()
+
+
+def test_shared_warm_without_the_runs_cache_is_refused() -> None:
+    with pytest.raises(MissingSharedJitCache, match="jit_cache_dir"):
+        EngineActor("run-1", "a", TRITON, MODEL, EngineSpec(cache_state="shared_warm"), "cpu", [])
+
+
+def test_cold_per_arm_gets_empty_caches_per_engine_start(tmp_path: Path) -> None:
+    engine = EngineSpec(cache_state="cold_per_arm")
+    actor = EngineActor("run-1", "a", TRITON, MODEL, engine, "cpu", [], jit_cache_dir=str(tmp_path / "unused"))
+    first, second = _jit_env(actor), _jit_env(actor)
+    assert set(first) == set(second) == set(JIT_CACHE_VARS)
+    roots = {Path(first[v]).parent for v in JIT_CACHE_VARS}
+    assert len(roots) == 1 and roots != {Path(second[v]).parent for v in JIT_CACHE_VARS}
+    (root,) = roots
+    assert root.parent == actor.log_dir and list(root.iterdir()) == []  # fresh and empty
+    assert not (tmp_path / "unused").exists()
+
+
+def test_as_found_leaves_the_caches_to_the_environment() -> None:
+    engine = EngineSpec(cache_state="as_found", env={"TRITON_CACHE_DIR": "/warm/triton"})
+    actor = EngineActor("run-1", "a", TRITON, MODEL, engine, "cpu", [])
+    assert _jit_env(actor) == {"TRITON_CACHE_DIR": "/warm/triton"}
+    assert set(JIT_CACHE_VARS).isdisjoint(server_command(MODEL, "/m", EngineSpec(), "cpu", "h", 1, flags=None).env)
