@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from common.strict import StrictModel as _Model
 from experiment.config import ExperimentConfig
-from moe_opt.flags import OptimizationFlags
+from moe_opt.flags import FlagStatus, OptimizationFlags
 from workloads.health import ClientBound, ClientHealth
 from workloads.metrics import ArmSummary
 from workloads.records import RequestRecord
@@ -60,6 +60,64 @@ class EngineInfo(_Model):
         "or a kernel class); with moe_backend auto the only record of which kernel served. Empty when the log "
         "names none.",
     )
+
+
+class SwapAbLaunches(_Model):
+    swap_ab: bool = Field(description="SWAP_AB the fused_moe_kernel launches ran with (forced by the arm or vLLM's).")
+    bucket: int = Field(description="Power of two at or above the launches' token count M (0: empty launch).")
+    launches: int
+
+
+class MoeConfigSource(_Model):
+    config_file: str = Field(description="Tuned-config file name vLLM looked for: encodes E, N, device, dtype, block.")
+    source: str = Field(
+        description="The tuned JSON vLLM loaded for that shape, 'default' (none found: vLLM's heuristic config) or "
+        "'unknown' (vLLM loaded one from a folder moeperf does not know)."
+    )
+    lookups: int = Field(description="Config lookups served from it (one per Triton MoE launch pair, host-side).")
+
+
+class MoeLayerBackend(_Model):
+    backend: str = Field(description="Backend vLLM's MoE oracle chose for the layers ('TRITON', 'CPU', ...).")
+    experts: str = Field(description="Experts class the layers run (TritonExperts, CPUUnquantizedExperts, ...).")
+    layers: int
+
+
+class ObservedRank(_Model):
+    """What one worker rank of the engine ran, as its moeperf plugin reported it on the engine's /metrics."""
+
+    rank: int
+    world_size: int = Field(description="Ranks of the engine, as this rank saw it (TP x PP).")
+    platform: str = Field(description="'cuda', or the torch device type the worker ran on ('cpu').")
+    gpu: str = Field(description="Physical GPU index, 'none' on CPU.")
+    gpu_uuid: str
+    vllm_version: str
+    triton_version: str = Field(description="Triton vLLM ran with; 'none' when vLLM runs without Triton (CPU build).")
+    flags: OptimizationFlags | None = Field(description="The arm's flags as the worker decoded them; null: unreadable.")
+    flag_status: dict[str, FlagStatus] = Field(description="Per switch: applied, vllm_default or not_applicable_cpu.")
+    flags_applied: bool = Field(description="At least one switch applied on this rank.")
+    engine_moe_backend: str = Field(description="vllm_config.kernel_config.moe_backend as the worker saw it.")
+    not_applied_reason: str | None = Field(None, description="Why this rank applied no switch; null if it applied one.")
+    moe_layer_backends: list[MoeLayerBackend] = Field(default_factory=list)
+    fused_moe_launches: list[SwapAbLaunches] = Field(
+        default_factory=list, description="fused_moe_kernel launches since the engine started, by SWAP_AB and bucket."
+    )
+    config_sources: list[MoeConfigSource] = Field(default_factory=list)
+
+
+class ObservedEngine(_Model):
+    """What an engine actually ran, read from inside its workers (not from what it was asked to run)."""
+
+    ranks: list[ObservedRank] = Field(
+        default_factory=list, description="One per worker rank whose plugin reported; empty: the plugin never ran."
+    )
+    moe_backends_logged: list[str] = Field(
+        default_factory=list, description="MoE backends the server's start-up log names (as EngineInfo.moe_backends)."
+    )
+    nothing_applied: str | None = Field(
+        None, description="'nothing applied: <reason>' when no rank applied any switch (every CPU engine); else null."
+    )
+    metrics_error: str | None = Field(None, description="Why the engine's /metrics could not be read, if it could not.")
 
 
 class ShardResult(_Model):
@@ -109,6 +167,12 @@ class ArmResult(_Model):
     triton_compiles_in_window: int | None = Field(
         None, description="Triton JIT compilations while requests were being measured; null if not exported."
     )
+    observed: ObservedEngine | None = Field(
+        None,
+        description="What the engine's workers report they ran (flags decoded and applied, MoE backends, Triton, "
+        "Swap-AB launches, config sources); read when healthy and refreshed after each replay. Null: not observed "
+        "(results written before moeperf observed engines).",
+    )
     records_file: str = Field(
         description="JSON Lines file (relative to the run folder), appended as requests finished."
     )
@@ -122,6 +186,33 @@ class ScheduleInfo(_Model):
     clipped_output: int
     clipped_context: int = Field(0, description="Requests cut to fit the engine's context (max_model_len).")
     skipped: dict[str, int] = Field(default_factory=dict, description="Trace rows left out on purpose, by reason.")
+
+
+class WarmupPassInfo(_Model):
+    """One engine of the warm-up pass (``engine.cache_state: shared_warm``), run before the first measured arm.
+
+    It started with the run's shared JIT cache, replayed the schedule once unmeasured and stopped, so every
+    measured engine of its setting starts with what that setting compiles already in the cache.
+    """
+
+    setting: str = Field(description="The setting's name: the first arm (in the file's order) that runs with it.")
+    arms: list[str] = Field(description="Arms that run with this setting (an A/A control with its target).")
+    flags: OptimizationFlags = Field(description="The setting's flags.")
+    enforce_eager: bool = Field(description="The setting's --enforce-eager.")
+    status: Literal["ok", "failed"] = Field(description="'failed': the arms of this setting failed without running.")
+    failure_reason: str | None = None
+    startup_s: float | None = Field(None, description="Process start to first healthy /health; null: never healthy.")
+    requests: int = Field(0, description="Records of the unmeasured replay (succeeded or not).")
+    requests_succeeded: int = 0
+    triton_compiles: int | None = Field(
+        None,
+        description="Triton JIT compilations of this engine from its start to the end of its replay (start-up "
+        "included): what it put into the shared cache. Null if the engine exports no compile counter.",
+    )
+    triton_compiles_in_replay: int | None = Field(
+        None, description="The part of triton_compiles that happened while its schedule was replayed."
+    )
+    records_file: str = Field(description="JSON Lines file of its records (relative to the run folder).")
 
 
 class RunResult(_Model):
@@ -139,6 +230,16 @@ class RunResult(_Model):
     schedule: ScheduleInfo
     arms: list[ArmResult]
     notes: list[str] = Field(default_factory=list)
+    error: str | None = Field(
+        None,
+        description="Why the driver itself stopped the run (an exception outside every arm: type and message); the "
+        "status is then 'failed' and arms with rounds still to run are failed with it. Null otherwise.",
+    )
+    warmup_pass: list[WarmupPassInfo] = Field(
+        default_factory=list,
+        description="The warm-up pass of engine.cache_state shared_warm, one engine per distinct arm setting, in the "
+        "order they ran (all before the first measured arm). Empty for cold_per_arm and as_found.",
+    )
 
     @model_validator(mode="before")
     @classmethod
