@@ -13,7 +13,7 @@ from html import escape
 import numpy as np
 
 from analysis import engine_window, fmt
-from analysis.markdown import warmup_sentence
+from analysis.markdown import RATE_HEADERS, comparison_header, rate_rows, rates_sentence, warmup_sentence
 from analysis.nightly import NightlyVerdict
 from analysis.samples import arm_control_of, record_round
 from analysis.svg import Series, cdf_series, line_chart
@@ -27,7 +27,7 @@ h3{font-size:15px}table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v-regressed{background:#fbd5d5;font-weight:600}.v-improved{background:#d4f4dc;font-weight:600}
-.v-not-measured{color:#888}.plots{display:flex;flex-wrap:wrap;gap:12px}
+.v-not-measured,.v-no-verdict--design{color:#888}.plots{display:flex;flex-wrap:wrap;gap:12px}
 svg.plot{border:1px solid #eee;background:#fff}svg .title{font-size:13px;font-weight:600}
 svg .tick{font-size:10px;fill:#444}svg .axis{font-size:11px;fill:#222}svg .legend{font-size:11px}
 .banner{padding:8px 12px;border-radius:4px;margin:8px 0;font-weight:600}
@@ -49,9 +49,17 @@ def _td(text: str, cls: str = "") -> str:
     return f'<td class="{cls}">{escape(text)}</td>'
 
 
+def _header(c: ArmComparison) -> str:
+    parts = []
+    for line in comparison_header(c):
+        cls = "banner b-regression" if line.startswith(("No verdicts", "confounded by compilation")) else "muted"
+        parts.append(f'<p class="{cls}">{escape(line)}</p>')
+    return "".join(parts)
+
+
 def _comparison(c: ArmComparison) -> str:
-    title = f"A/A control: {c.b_arm} vs {c.a_arm}" if c.kind == "aa" else f"{c.b_arm} (B) vs {c.a_arm} (A)"
-    noise = f"A/A noise from control arm {c.control_arm}" if c.control_arm else "no A/A control arm in this run"
+    if c.kind == "aa":
+        return _noise_floor(c)
     rows = []
     for m in c.metrics:
         rows.append(
@@ -60,35 +68,55 @@ def _comparison(c: ArmComparison) -> str:
                 _td(fmt.value(m.a_value, m.unit), "num"),
                 _td(fmt.value(m.b_value, m.unit), "num"),
                 _td(fmt.ratio(m.ratio), "num"),
-                _td(fmt.interval(m.ci_requests), "num"),
-                _td(fmt.interval(m.ci_rounds), "num"),
+                _td(fmt.interval(m.ci), "num"),
+                _td(fmt.interval(m.ci_within_engine), "num"),
+                _td(str(m.dof), "num"),
                 _td(fmt.p_value(m.mann_whitney_p), "num"),
                 _td(fmt.pct(m.mde_rel), "num"),
-                _td(m.verdict + (f" ({m.note})" if m.note else ""), "verdict v-" + m.verdict.replace(" ", "-")),
+                _td(m.verdict + (f" ({m.note})" if m.note else ""), "verdict v-" + _slug(m.verdict)),
             ]
         )
-    table = _table(
+    headers = ["metric", "A", "B", "B/A", "CI: engines + requests (decides)", "CI: one engine only", "dof",
+               "Mann-Whitney p", "min. detectable", "verdict"]  # fmt: skip
+    table = _table(headers, rows, cls="verdicts", raw=True)
+    flag = ' <span class="v-regressed">confounded by compilation</span>' if c.confounded_by_compilation else ""
+    return f"<h3>{escape(c.b_arm)} (B) vs {escape(c.a_arm)} (A){flag}</h3>{_header(c)}{table}"
+
+
+def _noise_floor(c: ArmComparison) -> str:
+    rows = [
         [
-            "metric",
-            "A",
-            "B",
-            "B/A",
-            "CI over requests",
-            "CI over rounds",
-            "Mann-Whitney p",
-            "min. detectable",
-            "verdict",
-        ],
-        rows,
-        cls="verdicts",
-        raw=True,
-    )
-    level = c.metrics[0].ci_level * 100 if c.metrics else 0.0
+            _td(m.label),
+            _td(fmt.value(m.a_value, m.unit), "num"),
+            _td(fmt.value(m.b_value, m.unit), "num"),
+            _td(fmt.ratio(m.ratio), "num"),
+            _td(fmt.pct(m.aa_noise_rel), "num"),
+            _td(fmt.interval(m.ci_within_engine), "num"),
+            _td(fmt.pct(m.engine_sd_rel), "num"),
+            _td(fmt.pct(m.mde_rel), "num"),
+            _td(m.note or "", "v-not-measured" if m.verdict == "not measured" else ""),
+        ]
+        for m in c.metrics
+    ]
+    headers = ["metric", "A", "A'", "A'/A", "discrepancy", "CI: one engine only", "engine SD (est.)",
+               "min. detectable effect", "note"]  # fmt: skip
+    flag = ' <span class="v-regressed">confounded by compilation</span>' if c.confounded_by_compilation else ""
     return (
-        f"<h3>{escape(title)}</h3><p class='muted'>{c.n_b} vs {c.n_a} successful requests, {c.shared_rounds} "
-        f"shared round(s), {escape(noise)}; intervals at {level:.2f}% (Bonferroni over {len(c.metrics)} "
-        f"metrics); minimum detectable effect at the analysis power.</p>{table}"
+        f"<h3>A/A noise floor: {escape(c.b_arm)} vs {escape(c.a_arm)}{flag}</h3>{_header(c)}"
+        "<p>Two engines with the same settings: their discrepancy is noise, never an effect. The minimum "
+        "detectable effect is the smallest change a comparison with this many engine pairs can detect.</p>"
+        + _table(headers, rows, cls="noise-floor", raw=True)
     )
+
+
+def _slug(verdict: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in verdict).strip("-")
+
+
+def _rates(analysis: RunAnalysis) -> str:
+    if not analysis.arm_rates:
+        return ""
+    return f"<p>{escape(rates_sentence(analysis))}</p>" + _table(RATE_HEADERS, rate_rows(analysis), cls="rates")
 
 
 def _throughput_series(arm: ArmResult) -> Series:
@@ -213,7 +241,8 @@ def _arms(result: RunResult) -> str:
 
 
 def render_html(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdict | None = None) -> str:
-    comparisons = "".join(_comparison(c) for c in analysis.comparisons)
+    ordered = [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]
+    comparisons = "".join(_comparison(c) for c in ordered)
     comparisons = comparisons or "<p>No comparison: fewer than two usable arms.</p>"
     skipped = "".join(f"<p>{escape(k)} not compared: {escape(v)}</p>" for k, v in analysis.skipped_arms.items())
     notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)
@@ -231,6 +260,7 @@ family-wise alpha {analysis.settings.alpha}, minimum effect
 {fmt.pct(analysis.settings.min_effect)}.</p>
 {_nightly(nightly) if nightly is not None else ""}
 <h2>Verdicts</h2>{comparisons}{skipped}
+<h2>Rates per arm</h2>{_rates(analysis)}
 <h2>Latency and throughput</h2>{_charts(result)}
 <h2>Per-rank step stalls and Triton compile events</h2>{_engine_window(result)}
 <h2>Arms and their flags</h2>{_arms(result)}

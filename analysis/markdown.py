@@ -6,34 +6,112 @@ from analysis import engine_window, fmt
 from analysis.nightly import NightlyVerdict
 from analysis.verdicts import ArmComparison, RunAnalysis
 from result_format.run_result import RunResult
+from workloads.metrics import RateEstimate
 
 VERDICT_MARK = {
     "improved": "improved",
     "regressed": "**REGRESSED**",
     "no detectable difference": "no detectable diff",
     "not measured": "not measured",
+    "no verdict (design)": "no verdict (design)",
+    "noise floor": "noise floor",
 }
 
 
-def _comparison(c: ArmComparison) -> list[str]:
-    title = f"A/A control: {c.b_arm} vs {c.a_arm}" if c.kind == "aa" else f"{c.b_arm} vs {c.a_arm}"
-    noise = f", A/A noise from {c.control_arm}" if c.control_arm else ", no A/A control arm"
+def comparison_header(c: ArmComparison) -> list[str]:
+    """What a comparison's verdicts rest on, and what may make them misleading (shared with the HTML)."""
+    level = c.metrics[0].ci_level * 100 if c.metrics else 0.0
     lines = [
-        f"### {title}",
-        "",
-        f"{c.n_b} vs {c.n_a} requests, {c.shared_rounds} shared round(s){noise}; "
-        f"intervals at {c.metrics[0].ci_level * 100:.2f}% (Bonferroni over {len(c.metrics)} metrics).",
-        "",
-        "| metric | A | B | B/A | CI (requests) | CI (rounds) | MWU p | MDE | verdict |",
-        "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | --- |",
+        f"{c.n_b} vs {c.n_a} requests, {c.shared_rounds} shared round(s); {c.design}. "
+        f"Intervals at {level:.2f}% (Bonferroni over {len(c.metrics)} metrics)."
+    ]
+    if c.design_advice:
+        lines.append(
+            "No verdicts: this design cannot tell an effect from the difference between two engine instances "
+            f"(1-1.5% is normal). To get verdicts, {c.design_advice}."
+        )
+    return lines + list(c.notes)
+
+
+def _emphasis(line: str) -> str:
+    return f"**{line}**" if line.startswith(("No verdicts", "confounded by compilation")) else line
+
+
+def _comparison(c: ArmComparison) -> list[str]:
+    if c.kind == "aa":
+        return _noise_floor(c)
+    lines = [f"### {c.b_arm} vs {c.a_arm}", ""]
+    for x in comparison_header(c):
+        lines += [_emphasis(x), ""]
+    lines += [
+        "| metric | A | B | B/A | CI (engines + requests) | CI (one engine) | dof | MWU p | MDE | verdict |",
+        "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for m in c.metrics:
         lines.append(
             f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
-            f"| {fmt.interval(m.ci_requests)} | {fmt.interval(m.ci_rounds)} | {fmt.p_value(m.mann_whitney_p)} "
+            f"| {fmt.interval(m.ci)} | {fmt.interval(m.ci_within_engine)} | {m.dof} | {fmt.p_value(m.mann_whitney_p)} "
             f"| {fmt.pct(m.mde_rel)} | {VERDICT_MARK[m.verdict]}{f' ({m.note})' if m.note else ''} |"
         )
     return lines + [""]
+
+
+def _noise_floor(c: ArmComparison) -> list[str]:
+    lines = [f"### A/A noise floor: {c.b_arm} vs {c.a_arm}", ""]
+    for x in comparison_header(c):
+        lines += [_emphasis(x), ""]
+    lines += [
+        "Two engines with the same settings: their discrepancy is noise, never an effect. MDE: the smallest "
+        "change a comparison with this many engine pairs can detect against it.",
+        "",
+        "| metric | A | A' | A'/A | discrepancy | CI (one engine) | engine SD | MDE |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for m in c.metrics:
+        lines.append(
+            f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
+            f"| {fmt.pct(m.aa_noise_rel)} | {fmt.interval(m.ci_within_engine)} | {fmt.pct(m.engine_sd_rel)} "
+            f"| {fmt.pct(m.mde_rel)} |"
+        )
+    return lines + [""]
+
+
+def rate_cell(r: RateEstimate | None, digits: str = ".4g") -> str:
+    if r is None:
+        return "n/a"
+    ci = f" [{r.ci[0]:{digits}}, {r.ci[1]:{digits}}]" if r.ci else ""
+    return f"{r.per_s:{digits}}{ci}"
+
+
+RATE_HEADERS = ["arm", "rounds", "measured s", "output tok/s [CI]", "requests/s [CI]", "goodput req/s [CI]",
+                "tok/s per round"]  # fmt: skip
+
+
+def rate_rows(analysis: RunAnalysis) -> list[list[str]]:
+    """Per-arm rates over all measured requests: the numbers the console table prints (shared with the HTML)."""
+    rows = []
+    for arm, r in analysis.arm_rates.items():
+        rows.append(
+            [
+                arm,
+                str(len(r.round_durations_s)),
+                f"{sum(r.round_durations_s):.1f}",
+                rate_cell(r.output_tokens_per_s),
+                rate_cell(r.requests_per_s),
+                rate_cell(r.goodput_rps),
+                ", ".join(f"{x:.4g}" for x in r.output_tokens_per_s.by_round),
+            ]
+        )
+    return rows
+
+
+def rates_sentence(analysis: RunAnalysis) -> str:
+    level = next(iter(analysis.arm_rates.values())).ci_level if analysis.arm_rates else 0.95
+    return (
+        f"Rates per round (each round's own span), then total over total time; {level:.0%} batch-means intervals "
+        "over time blocks (sampling inside the measured windows, no engine-to-engine term). All measured requests, "
+        "as in the console table; the verdicts use the steady-state requests."
+    )
 
 
 def nightly_markdown(v: NightlyVerdict) -> list[str]:
@@ -115,11 +193,13 @@ def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVe
         )
     lines.append("")
     lines += _engine_window(result)
+    if analysis.arm_rates:
+        lines += ["## Rates", "", rates_sentence(analysis), "", *_md_table(RATE_HEADERS, rate_rows(analysis)), ""]
     lines.append("## A/B verdicts")
     lines.append("")
     if not analysis.comparisons:
         lines += ["No comparison: fewer than two usable arms.", ""]
-    for c in analysis.comparisons:
+    for c in [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]:
         lines += _comparison(c)
     for arm, why in analysis.skipped_arms.items():
         lines.append(f"- {arm} not compared: {why}")

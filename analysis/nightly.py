@@ -3,7 +3,10 @@
 A metric of an arm is *flagged* tonight when log(tonight / baseline) is on the worse side of zero by
 more than z standard errors, where the error combines tonight's own bootstrap error (over requests
 and rounds) with the night-to-night spread of the baseline nights (robust: 1.4826 x MAD of their
-logs). z is Bonferroni-corrected over every (arm, metric) checked. As in PyTorch's HUD, a flag
+logs). z is Bonferroni-corrected over every (arm, metric) checked. Tonight's requests are the
+ones the report judges: both take them from ``analysis.steady_state.judged_arms`` with the same
+rule (MSER-5 warm-up cut by default), so the gate and the report can never judge different
+requests of the same night. As in PyTorch's HUD, a flag
 becomes a *regression* only when the same arm and metric were flagged on K consecutive nights,
 each judged against its own preceding nights: one noisy night never fails the build.
 
@@ -16,11 +19,13 @@ import math
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from analysis import stats
-from analysis.samples import ArmSamples, arm_samples
+from analysis.samples import ArmSamples
+from analysis.steady_state import JudgedArms, SteadyStateRule, judged_arms
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
+from common.strict import StrictModel
 from experiment.config import ExperimentConfig
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
@@ -29,11 +34,7 @@ EXIT_OK, EXIT_REGRESSION, EXIT_RUN_FAILED = 0, 1, 2
 MAD_TO_SD = 1.4826
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class NightlyPolicy(_Strict):
+class NightlyPolicy(StrictModel):
     baseline_nights: int = Field(7, ge=1, description="N: the baseline is the median of the last N ok nights.")
     min_history_nights: int = Field(3, ge=2, description="Fewer ok nights than this: no verdict (exit 0).")
     consecutive_nights: int = Field(2, ge=1, description="K: nights in a row a flag must hold to fail.")
@@ -43,16 +44,20 @@ class NightlyPolicy(_Strict):
     bootstrap_resamples: int = Field(400, ge=50, description="Bootstrap replicates for tonight's error.")
     seed: int = Field(0, description="Seed of every bootstrap.")
     metrics: list[str] | None = Field(None, description="Metric keys to gate on; null: all of stats.METRICS.")
-    slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo', else defaults.")
+    slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo'.")
+    steady_state: SteadyStateRule = Field(
+        "mser5", description="Warm-up rule, the report's: 'mser5' cuts it by MSER-5 on TTFT, 'none' keeps all."
+    )
 
 
-class MetricTrend(_Strict):
+class MetricTrend(StrictModel):
     arm: str
     metric: str
     label: str
     unit: str
     higher_is_better: bool
     tonight: float | None = Field(description="Tonight's value.")
+    requests: int = Field(description="Tonight's requests judged (steady state, the report's).")
     baseline: float | None = Field(description="Median of the baseline nights' values.")
     baseline_nights: int = Field(description="Nights the baseline median is over.")
     ratio: float | None = Field(description="tonight / baseline.")
@@ -64,7 +69,7 @@ class MetricTrend(_Strict):
     regression: bool = Field(description="flagged on at least K consecutive nights.")
 
 
-class NightlyVerdict(_Strict):
+class NightlyVerdict(StrictModel):
     status: Literal["regression", "ok", "insufficient_history", "run_failed"]
     exit_code: int = Field(description="1 regression, 0 ok or insufficient history, 2 run failed.")
     reason: str = Field(description="One line a CI log can show.")
@@ -74,6 +79,9 @@ class NightlyVerdict(_Strict):
     history_runs: list[str] = Field(description="Run ids of the ok history nights considered, oldest first.")
     checks: list[MetricTrend]
     analysis: RunAnalysis | None = Field(description="Tonight's own A/B verdicts (informative, not gating).")
+    warmup_excluded: dict[int, int] = Field(
+        default_factory=dict, description="Round -> schedule slots excluded as warm-up tonight (as in the report)."
+    )
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -97,23 +105,21 @@ def run_failed_verdict(reason: str, policy: NightlyPolicy, result: RunResult | N
 
 
 class _NightCache:
-    """Samples and point values per (run, arm), computed once however many nights look at them."""
+    """Judged samples and point values per (run, arm), computed once however many nights look at them."""
 
-    def __init__(self, slo_default: SloSpec | None) -> None:
-        self._slo = slo_default
-        self._samples: dict[tuple[str, str], ArmSamples | None] = {}
+    def __init__(self, policy: NightlyPolicy) -> None:
+        self._policy = policy
+        self._judged: dict[str, JudgedArms] = {}
         self._points: dict[tuple[str, str], np.ndarray | None] = {}
 
+    def judged(self, run: RunResult) -> JudgedArms:
+        if run.run_id not in self._judged:
+            slo = self._policy.slo or run.config.slo
+            self._judged[run.run_id] = judged_arms(run, slo, self._policy.steady_state)
+        return self._judged[run.run_id]
+
     def samples(self, run: RunResult, arm: str) -> ArmSamples | None:
-        key = (run.run_id, arm)
-        if key not in self._samples:
-            found = [a for a in run.arms if a.name == arm and a.status == "ok"]
-            s = None
-            if found:
-                s = arm_samples(arm, found[0].records, self._slo or run.config.slo)
-                s = s if s.n >= 2 else None
-            self._samples[key] = s
-        return self._samples[key]
+        return self.judged(run).samples.get(arm)
 
     def points(self, run: RunResult, arm: str) -> np.ndarray | None:
         key = (run.run_id, arm)
@@ -144,10 +150,11 @@ def _check_night(
         if tonight is None:
             continue
         past = [(r, p) for r in window if (p := cache.points(r, arm.name)) is not None]
-        point = stats.point_values(tonight)
-        se_night = stats.log_value_se(stats.bootstrap_requests(tonight, policy.bootstrap_resamples, rng))
-        # Rates are one number per night: their noise is the night-to-night spread alone.
-        se_night = np.where([m.quantile is None for m in stats.METRICS], 0.0, se_night)
+        point = cache.points(night, arm.name)
+        assert point is not None
+        # Within-night error (the bootstrap for quantiles, batch means for rates); the engine-to-
+        # engine part is in the night-to-night spread, every night having its own engines.
+        se_night = stats.arm_log_se(tonight, policy.bootstrap_resamples, rng)
         for j in _metric_indices(policy):
             spec = stats.METRICS[j]
             logs = np.array([math.log(p[j]) for _, p in past if p[j] > 0 and math.isfinite(p[j])])
@@ -179,6 +186,7 @@ def _check_night(
                 unit=spec.unit,
                 higher_is_better=spec.higher_is_better,
                 tonight=float(point[j]) if math.isfinite(point[j]) else None,
+                requests=tonight.n,
                 baseline=baseline,
                 baseline_nights=int(logs.size),
                 ratio=ratio,
@@ -219,7 +227,7 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
         (r for r in before if _comparable_config(r.config) == mine), key=lambda r: (r.started_at, r.run_id)
     )
     changed = len(before) - len(earlier)
-    cache = _NightCache(policy.slo)
+    cache = _NightCache(policy)
     n_checks = max(1, len(result.arms) * len(_metric_indices(policy)))
     z = stats.z_one_sided(1 - policy.alpha / n_checks)
     checks = _check_night(result, earlier, policy, cache, z)
@@ -241,7 +249,11 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     analysis = analyse_run(
         result,
         AnalysisSettings(
-            alpha=policy.alpha, bootstrap_resamples=policy.bootstrap_resamples, seed=policy.seed, slo=policy.slo
+            alpha=policy.alpha,
+            bootstrap_resamples=policy.bootstrap_resamples,
+            seed=policy.seed,
+            slo=policy.slo,
+            steady_state=policy.steady_state,
         ),
     )
     history_ids = [r.run_id for r in earlier[-policy.baseline_nights :]]
@@ -250,10 +262,18 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     notes = []
     if changed:
         notes.append(f"{changed} earlier night(s) ran a different model/engine/workload config: not in the baseline")
-    for comp in analysis.comparisons:
-        differing = len(comp.with_verdict("regressed")) + len(comp.with_verdict("improved"))
-        if comp.kind == "aa" and differing:
-            notes.append(f"A/A control {comp.b_arm} differs from {comp.a_arm} in {differing} metric(s): noisy night")
+    for comp in analysis.noise_floor:
+        beyond = [
+            m.label
+            for m in comp.metrics
+            if m.aa_noise_rel is not None and m.aa_noise_rel >= policy.min_effect and m.verdict != "not measured"
+        ]
+        if beyond:
+            notes.append(
+                f"A/A control {comp.b_arm} differs from {comp.a_arm} by {policy.min_effect:.0%} or more in "
+                f"{len(beyond)} metric(s) ({', '.join(beyond[:4])}): engine-instance noise tonight"
+            )
+    notes += [f"{c.b_arm} vs {c.a_arm}: {n}" for c in analysis.comparisons for n in c.notes]
     if regressions:
         status: Literal["regression", "ok", "insufficient_history"] = "regression"
         worst = sorted(regressions, key=lambda t: -abs(math.log(t.ratio or 1.0)))
@@ -280,5 +300,6 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
         history_runs=history_ids,
         checks=trends,
         analysis=analysis,
+        warmup_excluded={k: v for k, v in cache.judged(result).cuts.items() if v},
         notes=notes,
     )

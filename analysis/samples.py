@@ -3,21 +3,44 @@
 Requests (not tokens) are the independent units: the inter-token latencies of one request share
 its batch neighbours, so ITL is kept grouped by request (CSR layout) and resampled with it.
 Rounds (``RequestRecord.round``, 0 in files written before rounds existed) are the second level.
+Output-token arrival times are kept too (CSR, with weights summing to the tokens the server
+reported), so rates can be cut into time blocks exactly as ``workloads.metrics`` does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from experiment.slo import SloSpec, meets_slo
 from result_format.run_result import ArmResult
+from workloads.metrics import token_events
 from workloads.records import RequestRecord
 
 FloatArray = np.ndarray
+Family = tuple[FloatArray, np.ndarray, np.ndarray]
+"""(finite values ascending, the request owning each, how many equal values of that request it stands for)."""
+FAMILIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+
+
+def _merge_runs(values: FloatArray, owners: np.ndarray, per_request: bool) -> Family:
+    """Sorted by (value, owner), equal neighbours of one request merged into one weighted entry: a request
+    whose tokens came at a steady pace costs one entry instead of one per token. ``per_request``: one
+    value per request, nothing to merge."""
+    if per_request:
+        order = np.argsort(values, kind="stable")
+        return values[order], owners[order], np.ones(order.size, dtype=np.int64)
+    order = np.lexsort((owners, values))
+    v, o = values[order], owners[order]
+    if v.size == 0:
+        return v, o, np.empty(0, dtype=np.int64)
+    new = np.concatenate(([True], (v[1:] != v[:-1]) | (o[1:] != o[:-1])))
+    starts = np.flatnonzero(new)
+    mult = np.diff(np.concatenate((starts, [v.size])))
+    return v[starts], o[starts], mult.astype(np.int64)
 
 
 def record_round(record: RequestRecord) -> int:
@@ -47,6 +70,12 @@ class ArmSamples:
     slo_met: np.ndarray  # bool per request
     rounds: np.ndarray  # int per request
     slots: np.ndarray  # schedule index per request: the same request in every arm and round
+    token_times_s: FloatArray  # arrival of every timed output token, request after request
+    token_weights: FloatArray  # tokens each arrival stands for (server's count / timed tokens)
+    token_offsets: np.ndarray  # request i owns token_times_s[token_offsets[i]:token_offsets[i + 1]]
+    _families: dict[tuple[int, ...] | None, dict[str, Family]] = field(default_factory=dict, compare=False, repr=False)
+    cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+    """Derived values other modules compute once per arm (e.g. a round's rate blocks)."""
 
     @property
     def n(self) -> int:
@@ -62,32 +91,51 @@ class ArmSamples:
         shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
         return self.itl_flat_s[np.arange(total) + shift]
 
-    @cached_property
-    def sorted_by_family(self) -> dict[str, tuple[FloatArray, np.ndarray]]:
-        """Per latency family: (finite values ascending, the request that owns each value).
+    def families(self, rounds: tuple[int, ...] | None = None) -> dict[str, Family]:
+        """Per latency family, the values of the requests of ``rounds`` (None: all), sorted (cached).
 
         Resampling then only changes each request's weight (how often it was drawn), so a bootstrap
         replicate costs a gather and a cumulative sum instead of a sort.
         """
-        owners_itl = np.repeat(np.arange(self.n), np.diff(self.itl_offsets))
-        out: dict[str, tuple[FloatArray, np.ndarray]] = {}
-        for family, values, owners in (
-            ("ttft_s", self.ttft_s, np.arange(self.n)),
-            ("tpot_s", self.tpot_s, np.arange(self.n)),
-            ("itl_s", self.itl_flat_s, owners_itl),
-            ("e2e_s", self.e2e_s, np.arange(self.n)),
-        ):
-            keep = ~np.isnan(values)
-            order = np.argsort(values[keep], kind="stable")
-            out[family] = (values[keep][order], owners[keep][order])
-        return out
+        if rounds not in self._families:
+            mine = np.ones(self.n, dtype=bool) if rounds is None else np.isin(self.rounds, rounds)
+            owners_itl = np.repeat(np.arange(self.n), np.diff(self.itl_offsets))
+            out: dict[str, Family] = {}
+            for family, values, owners in (
+                ("ttft_s", self.ttft_s, np.arange(self.n)),
+                ("tpot_s", self.tpot_s, np.arange(self.n)),
+                ("itl_s", self.itl_flat_s, owners_itl),
+                ("e2e_s", self.e2e_s, np.arange(self.n)),
+            ):
+                keep = ~np.isnan(values) & mine[owners]
+                out[family] = _merge_runs(values[keep], owners[keep], per_request=family != "itl_s")
+            self._families[rounds] = out
+        return self._families[rounds]
 
+    def token_events_of(self, idx: np.ndarray) -> tuple[FloatArray, FloatArray]:
+        """Token arrival times and weights of the requests ``idx``."""
+        if idx.size == 0:
+            return np.empty(0), np.empty(0)
+        mask = np.zeros(self.n, dtype=bool)
+        mask[idx] = True
+        keep = mask[self.token_owner]
+        return self.token_times_s[keep], self.token_weights[keep]
+
+    @cached_property
+    def token_owner(self) -> np.ndarray:
+        """The request each entry of ``token_times_s`` belongs to."""
+        return np.repeat(np.arange(self.n), np.diff(self.token_offsets))
+
+    @cached_property
     def itl_median_per_request(self) -> FloatArray:
+        """Median inter-token latency of each request (NaN for requests with fewer than two tokens)."""
+        lengths = np.diff(self.itl_offsets)
+        owners = np.repeat(np.arange(self.n), lengths)
+        v = self.itl_flat_s[np.lexsort((self.itl_flat_s, owners))]
         out = np.full(self.n, np.nan)
-        for i in range(self.n):
-            seg = self.itl_flat_s[self.itl_offsets[i] : self.itl_offsets[i + 1]]
-            if seg.size:
-                out[i] = float(np.median(seg))
+        has = lengths > 0
+        start, length = self.itl_offsets[:-1][has], lengths[has]
+        out[has] = (v[start + (length - 1) // 2] + v[start + length // 2]) / 2
         return out
 
     def slot_lookup(self, rnd: int, size: int) -> np.ndarray:
@@ -108,6 +156,8 @@ def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> Ar
     itl_lists = [r.itl_s for r in ok]
     offsets = np.concatenate(([0], np.cumsum([len(x) for x in itl_lists]))).astype(np.int64)
     flat = np.fromiter((v for x in itl_lists for v in x), dtype=np.float64, count=int(offsets[-1]))
+    events = [token_events(r) for r in ok]
+    tok_offsets = np.concatenate(([0], np.cumsum([len(t) for t, _ in events]))).astype(np.int64)
     return ArmSamples(
         name=name,
         ttft_s=np.array([r.ttft_s for r in ok], dtype=np.float64),
@@ -121,19 +171,24 @@ def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> Ar
         slo_met=np.array([meets_slo(r, slo) for r in ok], dtype=bool),
         rounds=np.array([record_round(r) for r in ok], dtype=np.int64),
         slots=np.array([r.index for r in ok], dtype=np.int64),
+        token_times_s=np.array([v for t, _ in events for v in t], dtype=np.float64),
+        token_weights=np.array([v for _, w in events for v in w], dtype=np.float64),
+        token_offsets=tok_offsets,
     )
 
 
 def from_arrays(
     name: str,
-    ttft_s: Sequence[float],
-    tpot_s: Sequence[float],
-    output_tokens: Sequence[int],
-    start_s: Sequence[float],
-    rounds: Sequence[int] | None = None,
+    ttft_s: Sequence[float] | np.ndarray,
+    tpot_s: Sequence[float] | np.ndarray,
+    output_tokens: Sequence[int] | np.ndarray,
+    start_s: Sequence[float] | np.ndarray,
+    rounds: Sequence[int] | np.ndarray | None = None,
     slo: SloSpec | None = None,
+    slots: Sequence[int] | np.ndarray | None = None,
 ) -> ArmSamples:
-    """Synthetic arms for tests and simulations: constant ITL = TPOT per request, E2E derived."""
+    """Synthetic arms for tests and simulations: constant ITL = TPOT per request, E2E derived, sent at
+    ``start_s``; ``slots`` default to the position in the arrays."""
     ttft = np.asarray(ttft_s, dtype=np.float64)
     tpot = np.asarray(tpot_s, dtype=np.float64)
     tokens = np.asarray(output_tokens, dtype=np.int64)
@@ -142,6 +197,10 @@ def from_arrays(
     lengths = np.maximum(tokens - 1, 0)
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     flat = np.repeat(tpot, lengths)
+    tok_offsets = np.concatenate(([0], np.cumsum(tokens))).astype(np.int64)
+    owner = np.repeat(np.arange(ttft.size), tokens)
+    step = np.arange(int(tokens.sum())) - tok_offsets[owner]
+    token_times = (start + ttft)[owner] + step * tpot[owner]
     spec = slo or SloSpec()
     met = np.ones(ttft.size, dtype=bool)
     for values, limit in ((ttft, spec.ttft_s), (tpot, spec.tpot_s), (e2e, spec.e2e_s)):
@@ -159,5 +218,35 @@ def from_arrays(
         end_s=start + e2e,
         slo_met=met,
         rounds=np.zeros(ttft.size, dtype=np.int64) if rounds is None else np.asarray(rounds, dtype=np.int64),
-        slots=np.arange(ttft.size, dtype=np.int64),
+        slots=np.arange(ttft.size, dtype=np.int64) if slots is None else np.asarray(slots, dtype=np.int64),
+        token_times_s=token_times,
+        token_weights=np.ones(token_times.size),
+        token_offsets=tok_offsets,
+    )
+
+
+def subset(arm: ArmSamples, idx: np.ndarray, name: str | None = None) -> ArmSamples:
+    """The requests ``idx`` (ascending) of ``arm`` as an arm of their own, ITL and token times carried along."""
+    lengths = np.diff(arm.itl_offsets)[idx]
+    tok_lengths = np.diff(arm.token_offsets)[idx]
+    tok_owner = np.repeat(np.arange(arm.n), np.diff(arm.token_offsets))
+    mask = np.zeros(arm.n, dtype=bool)
+    mask[idx] = True
+    keep = mask[tok_owner]
+    return ArmSamples(
+        name=name or arm.name,
+        ttft_s=arm.ttft_s[idx],
+        tpot_s=arm.tpot_s[idx],
+        e2e_s=arm.e2e_s[idx],
+        itl_flat_s=arm.itl_of(idx),
+        itl_offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        output_tokens=arm.output_tokens[idx],
+        start_s=arm.start_s[idx],
+        end_s=arm.end_s[idx],
+        slo_met=arm.slo_met[idx],
+        rounds=arm.rounds[idx],
+        slots=arm.slots[idx],
+        token_times_s=arm.token_times_s[keep],
+        token_weights=arm.token_weights[keep],
+        token_offsets=np.concatenate(([0], np.cumsum(tok_lengths))).astype(np.int64),
     )

@@ -1,29 +1,31 @@
-"""The statistics behind a verdict: per-arm metric values, two bootstraps and Mann-Whitney U.
+"""The statistics of one engine's requests: metric values, the one bootstrap, batch means, rank tests.
 
-Every metric is a statistic of a *set of requests* (a quantile, or a rate over the rounds' time
-spans), so one resampling scheme serves them all:
+Everything here is *within-engine* error: what would change if the same engines served another draw
+of the same kind of requests. The difference between two engine instances is a second level that
+no resampling of one engine's requests can see; ``analysis.design`` adds it from the design.
 
-* over requests: schedule slots (request i of the replayed schedule, the same request in both
-  arms) are redrawn with replacement inside each round, the same draws for both arms;
-* over rounds: each round shared by both arms (interleaved A B B A: pairing by round cancels
-  drift) gives its own ratio and bootstrap error; the between-round variance their spread implies
-  is added (random effects), so rounds that disagree widen the interval. With a handful of rounds
-  this is far steadier than redrawing the rounds themselves.
+* Quantile metrics: the slot bootstrap. Schedule slots (request i of the replayed schedule, the same
+  request in every arm) are redrawn with replacement inside each round, the same draws for every
+  arm compared, so the request mix cancels in B/A as it does in the real comparison. With one arm it
+  is the plain request bootstrap the nightly gate uses: one implementation for both.
+* Rates (one number per window, set by its span): batch means over time blocks
+  (``workloads.metrics``, the same code as the console table). For B/A the blocks are paired (block
+  j of both arms covers the same part of the schedule), so arrival noise cancels as well.
 
-Intervals are normal intervals on the log ratio with the bootstrap standard error: stable at the
-small tail levels a Bonferroni-corrected family needs, where percentile intervals would need many
-more resamples. Everything is driven by an explicit seed, so a report is reproducible.
+Everything is driven by an explicit seed, so a report is reproducible.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats as sps
 
 from analysis.samples import ArmSamples
+from workloads.metrics import RATE_BLOCKS, block_rates
 
 QUANTILES = (50, 90, 99)
 LATENCY_FAMILIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"))
@@ -46,180 +48,253 @@ METRICS: tuple[MetricSpec, ...] = tuple(
     MetricSpec("goodput_rps", "goodput (SLO-met requests/s)", "req/s", True, "goodput_rps"),
 )
 METRIC_KEYS = tuple(m.key for m in METRICS)
+N_QUANTILE = sum(1 for m in METRICS if m.quantile is not None)
+"""Quantile metrics come first in METRICS, rates after them."""
+RATE_KEYS = tuple(m.key for m in METRICS[N_QUANTILE:])
 
-Groups = Sequence[np.ndarray]
-"""Request indices per (drawn) round; repeats allowed. Rates divide by the sum of the groups' spans."""
+_CHUNK_ELEMENTS = 4_000_000
+"""Bootstrap replicates are evaluated in chunks of at most this many weights (bounded memory)."""
 
 
 def weighted_percentiles(sorted_values: np.ndarray, weights: np.ndarray, qs: Sequence[int]) -> list[float]:
     """numpy's default (linear) percentiles of the sample in which value i appears weights[i] times."""
-    cw = np.cumsum(weights)
-    total = int(cw[-1]) if cw.size else 0
-    if total == 0:
-        return [np.nan] * len(qs)
-    out = []
-    for q in qs:
+    return [float(v) for v in weighted_percentiles_batch(sorted_values, np.asarray(weights)[None, :], qs)[0]]
+
+
+def weighted_percentiles_batch(sorted_values: np.ndarray, weights: np.ndarray, qs: Sequence[int]) -> np.ndarray:
+    """Row-wise ``weighted_percentiles``: integer weights (B, N) -> (B, len(qs)), NaN for an all-zero row."""
+    cw = np.cumsum(weights, axis=1, dtype=np.int64)
+    b, n = cw.shape
+    out = np.full((b, len(qs)), np.nan)
+    if n == 0:
+        return out
+    total = cw[:, -1]
+    live = total > 0
+    # Rows are non-decreasing: shifting row r by r * (max total + 1) makes the whole matrix one sorted
+    # array, so one searchsorted finds every row's positions (O(B log BN) instead of O(BN) per quantile).
+    shift = np.arange(b, dtype=np.int64) * (int(total.max()) + 1)
+    flat = (cw + shift[:, None]).ravel()
+    base = np.arange(b) * n
+    for i, q in enumerate(qs):
         h = (total - 1) * q / 100.0
-        lo = int(np.floor(h))
-        i_lo = int(np.searchsorted(cw, lo, side="right"))
-        i_hi = int(np.searchsorted(cw, min(lo + 1, total - 1), side="right"))
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, total - 1)
+        i_lo = np.minimum(np.searchsorted(flat, lo + shift, side="right") - base, n - 1)
+        i_hi = np.minimum(np.searchsorted(flat, hi + shift, side="right") - base, n - 1)
         v_lo, v_hi = sorted_values[i_lo], sorted_values[i_hi]
-        out.append(float(v_lo + (h - lo) * (v_hi - v_lo)))
+        out[live, i] = (v_lo + (h - lo) * (v_hi - v_lo))[live]
     return out
 
 
-def metric_values(arm: ArmSamples, groups: Groups) -> np.ndarray:
-    """All METRICS of the requests ``groups`` of ``arm``, in METRICS order (NaN when undefined)."""
-    idx = np.concatenate(groups) if len(groups) else np.empty(0, dtype=np.int64)
-    counts = np.bincount(idx, minlength=arm.n)
-    out: list[float] = []
-    for family, _ in LATENCY_FAMILIES:
-        values, owners = arm.sorted_by_family[family]
-        out += weighted_percentiles(values, counts[owners], QUANTILES)
-    span = 0.0
-    for g in groups:
-        if g.size:
-            span += float(arm.end_s[g].max() - arm.start_s[g].min())
-    out.append(float(counts @ arm.output_tokens) / span if span > 0 else np.nan)
-    out.append(float(counts @ arm.slo_met) / span if span > 0 else np.nan)
-    return np.asarray(out)
+def quantile_values(arm: ArmSamples, counts: np.ndarray, rounds: Sequence[int] | None = None) -> np.ndarray:
+    """Quantile metrics (METRICS order) of the requests of ``rounds`` (None: all), each request weighted by
+    ``counts[:, i]`` (how often a replicate drew it): (B, n) -> (B, N_QUANTILE)."""
+    counts = np.atleast_2d(counts)
+    fams = arm.families(None if rounds is None else tuple(rounds))
+    out = np.full((counts.shape[0], N_QUANTILE), np.nan)
+    width = max(1, max((v.size for v, _, _ in fams.values()), default=1))
+    step = max(1, _CHUNK_ELEMENTS // width)
+    for c0 in range(0, counts.shape[0], step):
+        rows = counts[c0 : c0 + step]
+        for f, (family, _) in enumerate(LATENCY_FAMILIES):
+            values, owners, mult = fams[family]
+            cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
+            out[c0 : c0 + step, cols] = weighted_percentiles_batch(values, rows[:, owners] * mult, QUANTILES)
+    return out
 
 
-def round_groups(arm: ArmSamples) -> dict[int, np.ndarray]:
-    return {r: np.flatnonzero(arm.rounds == r) for r in arm.round_ids()}
-
-
-def point_values(arm: ArmSamples) -> np.ndarray:
-    return metric_values(arm, list(round_groups(arm).values()))
-
-
-def _resample_within(groups: Sequence[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
-    return [g[rng.integers(0, g.size, g.size)] if g.size else g for g in groups]
-
-
-def bootstrap_requests(arm: ArmSamples, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples, len(METRICS)) metric values with requests redrawn inside each round."""
-    groups = list(round_groups(arm).values())
-    return np.stack([metric_values(arm, _resample_within(groups, rng)) for _ in range(resamples)])
-
-
-class _SlotPairing:
-    """Both arms replay the same schedule: resampling schedule slots (not each arm's requests on
-    its own) keeps request i's lengths in both arms of a replicate, so the request mix cancels in
-    B/A exactly as it does in the real comparison. A slot an arm lost (failed request) is skipped."""
-
-    def __init__(self, a: ArmSamples, b: ArmSamples, rounds: Sequence[int]) -> None:
-        self.lookup: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.slots: dict[int, np.ndarray] = {}
-        for r in rounds:
-            in_a, in_b = a.slots[a.rounds == r], b.slots[b.rounds == r]
-            size = int(max(in_a.max(initial=-1), in_b.max(initial=-1))) + 1
-            self.lookup[r] = (a.slot_lookup(r, size), b.slot_lookup(r, size))
-            self.slots[r] = np.union1d(in_a, in_b)
-
-    def draw(self, rounds: Sequence[int], rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        ga, gb = [], []
-        for r in rounds:
-            slots = self.slots[r]
-            drawn = slots[rng.integers(0, slots.size, slots.size)]
-            pa, pb = self.lookup[r][0][drawn], self.lookup[r][1][drawn]
-            ga.append(pa[pa >= 0])
-            gb.append(pb[pb >= 0])
-        return ga, gb
+# --- rates: batch means ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class PairedBootstrap:
-    """What the paired slot bootstrap of B against A learned, per metric (METRICS order)."""
+class RoundBlocks:
+    """One round of one arm cut into time blocks: its span and the block rates of each rate metric."""
 
-    se_requests: np.ndarray  # (m,) SE of log(B/A) over all rounds, slots redrawn inside each round
-    round_log_ratios: np.ndarray  # (k, m) log(B/A) of each shared round on its own
-    round_se: np.ndarray  # (k, m) within-round bootstrap SE of each round's log ratio
-
-    def se_rounds(self) -> np.ndarray:
-        """SE of log(B/A) over rounds; NaN with fewer than two shared rounds.
-
-        Quantiles: the request SE plus the between-round variance tau^2 / k, tau^2 estimated
-        from how much the rounds' own ratios disagree beyond their sampling error (DerSimonian-
-        Laird), so a round-to-round drift that pairing did not cancel widens the interval.
-        Rates (one number per round): the spread of the per-round ratios alone, sd / sqrt(k).
-        """
-        k, m = self.round_log_ratios.shape
-        out = np.full(m, np.nan)
-        if k < 2:
-            return out
-        for j, spec in enumerate(METRICS):
-            lr, se = self.round_log_ratios[:, j], self.round_se[:, j]
-            if not np.all(np.isfinite(lr)):
-                continue
-            if spec.quantile is None:
-                out[j] = float(np.std(lr, ddof=1) / np.sqrt(k))
-                continue
-            if not (np.all(np.isfinite(se)) and np.all(se > 0)) or not np.isfinite(self.se_requests[j]):
-                continue
-            w = 1.0 / se**2
-            mean = float(np.sum(w * lr) / np.sum(w))
-            q = float(np.sum(w * (lr - mean) ** 2))
-            tau2 = max(0.0, (q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
-            out[j] = float(np.sqrt(self.se_requests[j] ** 2 + tau2 / k))
-        return out
+    span_s: float
+    blocks: np.ndarray  # (len(RATE_KEYS), K)
 
 
-def paired_bootstrap(a: ArmSamples, b: ArmSamples, resamples: int, rng: np.random.Generator) -> PairedBootstrap | None:
-    """Both arms on the same resampled schedule slots, inside every round they share; None if none."""
-    shared = sorted(set(a.round_ids()) & set(b.round_ids()))
-    if not shared:
-        return None
-    pairing = _SlotPairing(a, b, shared)
-    all_a, all_b, per_a, per_b = [], [], [], []
-    for _ in range(resamples):
-        ga, gb = pairing.draw(shared, rng)
-        all_a.append(metric_values(a, ga))
-        all_b.append(metric_values(b, gb))
-        if len(shared) > 1:
-            per_a.append([metric_values(a, [g]) for g in ga])
-            per_b.append([metric_values(b, [g]) for g in gb])
-    k, m = len(shared), len(METRICS)
-    ga0, gb0 = round_groups(a), round_groups(b)
+def round_blocks(arm: ArmSamples, rnd: int, blocks: int = RATE_BLOCKS) -> RoundBlocks:
+    """The window of round ``rnd`` (first intended send to last end of the arm's requests) in blocks.
+
+    Output tokens count when they arrived; a request counts (for requests and goodput) when it ended.
+    """
+    key = ("round_blocks", rnd, blocks)
+    cached = arm.cache.get(key)
+    if isinstance(cached, RoundBlocks):
+        return cached
+    idx = np.flatnonzero(arm.rounds == rnd)
+    if idx.size == 0:
+        out = RoundBlocks(0.0, np.full((len(RATE_KEYS), blocks), np.nan))
+    else:
+        start, end = float(arm.start_s[idx].min()), float(arm.end_s[idx].max())
+        times, weights = arm.token_events_of(idx)
+        tok = block_rates(start, end, times, weights, blocks)
+        good = block_rates(start, end, arm.end_s[idx], arm.slo_met[idx].astype(np.float64), blocks)
+        out = RoundBlocks(end - start, np.stack([tok, good]))
+    arm.cache[key] = out
+    return out
+
+
+def _pooled_rate(rb: Sequence[RoundBlocks]) -> tuple[np.ndarray, np.ndarray]:
+    """(rate per metric over the rounds: total / total time, the rounds' time weights)."""
+    spans = np.array([r.span_s for r in rb])
+    if spans.sum() <= 0:
+        return np.full(len(RATE_KEYS), np.nan), spans
+    w = spans / spans.sum()
+    means = np.stack([r.blocks.mean(axis=1) for r in rb])  # (R, n_rates)
+    return w @ means, w
+
+
+def rate_values(arm: ArmSamples, rounds: Sequence[int] | None = None) -> np.ndarray:
+    """Rate metrics over ``rounds`` (None: all): total count / total measured time, the rounds' spans summed."""
+    rb = [round_blocks(arm, r) for r in (arm.round_ids() if rounds is None else rounds)]
+    return _pooled_rate(rb)[0] if rb else np.full(len(RATE_KEYS), np.nan)
+
+
+def rate_log_se(arm: ArmSamples, rounds: Sequence[int] | None = None) -> np.ndarray:
+    """Batch-means standard error of log(rate) of one arm, per rate metric (delta method)."""
+    rb = [round_blocks(arm, r) for r in (arm.round_ids() if rounds is None else rounds)]
+    if not rb:
+        return np.full(len(RATE_KEYS), np.nan)
+    value, w = _pooled_rate(rb)
+    var = sum(wr**2 * np.var(r.blocks, axis=1, ddof=1) / r.blocks.shape[1] for wr, r in zip(w, rb, strict=True))
     with np.errstate(divide="ignore", invalid="ignore"):
-        round_lr = np.array([np.log(metric_values(b, [gb0[r]])) - np.log(metric_values(a, [ga0[r]])) for r in shared])
-    round_se = np.full((k, m), np.nan)
-    if per_a:
-        pa, pb = np.array(per_a), np.array(per_b)  # (resamples, k, m)
-        for i in range(k):
-            round_se[i] = log_ratio_se(pa[:, i, :], pb[:, i, :])
-    return PairedBootstrap(log_ratio_se(np.stack(all_a), np.stack(all_b)), round_lr, round_se)
+        return np.sqrt(var) / value
 
 
-def log_ratio_se(boot_a: np.ndarray, boot_b: np.ndarray) -> np.ndarray:
-    """Bootstrap standard error of log(B/A) per metric; NaN where too many replicates are undefined."""
+def paired_rate_log_ratio(a: ArmSamples, b: ArmSamples, rounds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """log(B/A) of every rate over ``rounds`` and its paired batch-means standard error.
+
+    Block j of each arm covers the same share of its window, so (nearly) the same requests of the
+    schedule: z_j = x_Bj / rate_B - x_Aj / rate_A is the block's contribution to log(B/A) (delta
+    method), and var(mean z) = var(z) / K per round, weighted by the rounds' share of the time.
+    """
+    ra, rb = [round_blocks(a, r) for r in rounds], [round_blocks(b, r) for r in rounds]
+    va, wa = _pooled_rate(ra)
+    vb, wb = _pooled_rate(rb)
     with np.errstate(divide="ignore", invalid="ignore"):
-        lr = np.log(boot_b) - np.log(boot_a)
-    finite = np.isfinite(lr)
-    se = np.full(lr.shape[1], np.nan)
-    for j in range(lr.shape[1]):
-        col = lr[finite[:, j], j]
-        if col.size >= max(10, int(0.95 * lr.shape[0])):
+        lr = np.log(vb) - np.log(va)
+        w = (wa + wb) / 2
+        var = np.zeros(len(RATE_KEYS))
+        for wr, xa, xb in zip(w, ra, rb, strict=True):
+            z = xb.blocks / vb[:, None] - xa.blocks / va[:, None]
+            var = var + wr**2 * np.var(z, axis=1, ddof=1) / z.shape[1]
+    return lr, np.sqrt(var)
+
+
+# --- the one bootstrap ----------------------------------------------------------------------------
+
+
+def slot_bootstrap(
+    arms: Sequence[ArmSamples], rounds: Sequence[int], resamples: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Per arm, a (resamples, n) matrix: how often each of its requests was drawn in each replicate.
+
+    Inside every round the slots any arm served are redrawn with replacement, the same draws for all
+    ``arms``; a slot an arm lost (failed request) is skipped in that arm. One arm: the request bootstrap.
+    """
+    flat: list[list[np.ndarray]] = [[] for _ in arms]
+    for r in rounds:
+        slots: np.ndarray = np.empty(0, dtype=np.int64)
+        for arm in arms:
+            slots = np.union1d(slots, arm.slots[arm.rounds == r])
+        if slots.size == 0:
+            continue
+        size = int(slots.max()) + 1
+        drawn = slots[rng.integers(0, slots.size, (resamples, slots.size))]
+        row_base = np.arange(resamples)[:, None]
+        for i, arm in enumerate(arms):
+            pos = arm.slot_lookup(r, size)[drawn]
+            flat[i].append((row_base * arm.n + pos)[pos >= 0])
+    counts = []
+    for arm, parts in zip(arms, flat, strict=True):
+        idx = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        counts.append(np.bincount(idx, minlength=resamples * arm.n).reshape(resamples, arm.n))
+    return counts
+
+
+def log_se(boot: np.ndarray) -> np.ndarray:
+    """Standard error per column of a (resamples, m) matrix of logs; NaN where too many are undefined."""
+    se = np.full(boot.shape[1], np.nan)
+    finite = np.isfinite(boot)
+    for j in range(boot.shape[1]):
+        col = boot[finite[:, j], j]
+        if col.size >= max(10, int(0.95 * boot.shape[0])):
             se[j] = float(np.std(col, ddof=1))
     return se
 
 
-def log_value_se(boot: np.ndarray) -> np.ndarray:
-    """Bootstrap standard error of log(metric) per metric, for comparing one arm with its history."""
+def _log(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        lv = np.log(boot)
-    se = np.full(lv.shape[1], np.nan)
-    for j in range(lv.shape[1]):
-        col = lv[np.isfinite(lv[:, j]), j]
-        if col.size >= max(10, int(0.95 * lv.shape[0])):
-            se[j] = float(np.std(col, ddof=1))
-    return se
+        return np.log(np.where(x > 0, x, np.nan))
+
+
+def point_values(arm: ArmSamples, rounds: Sequence[int] | None = None) -> np.ndarray:
+    """Every metric (METRICS order) of the arm's requests of ``rounds`` (None: all); NaN when undefined."""
+    q = quantile_values(arm, np.ones((1, arm.n), dtype=np.int64), rounds)[0]
+    return np.concatenate([q, rate_values(arm, rounds)])
+
+
+def arm_log_se(arm: ArmSamples, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Within-engine standard error of log(metric) of one arm (bootstrap for quantiles, batch means for
+    rates): what the nightly gate compares one night with its history by."""
+    (counts,) = slot_bootstrap([arm], arm.round_ids(), resamples, rng)
+    q = log_se(_log(quantile_values(arm, counts)))
+    return np.concatenate([q, rate_log_se(arm)])
+
+
+@dataclass(frozen=True)
+class PairedEstimates:
+    """B against A, per metric (METRICS order): the estimate and one estimate per engine pair."""
+
+    log_ratio: np.ndarray  # (m,) log(B/A): the mean of the engine pairs' log ratios
+    se_within: np.ndarray  # (m,) its within-engine standard error
+    pair_log_ratios: np.ndarray  # (k, m) log(B/A) of each engine pair on its own
+    pair_se: np.ndarray  # (k, m) within-engine standard error of each
+
+    @property
+    def pairs(self) -> int:
+        return int(self.pair_log_ratios.shape[0])
+
+
+def paired_estimates(
+    a: ArmSamples,
+    b: ArmSamples,
+    pairs: Sequence[Sequence[int]],
+    resamples: int,
+    rng: np.random.Generator,
+) -> PairedEstimates:
+    """B/A of each engine pair (a group of rounds served by one engine of each arm) and their mean.
+
+    Each engine pair weighs the same in the mean: when engines differ, a pair is one observation of
+    the engine term however many requests it served. The pairs' bootstraps are independent (disjoint
+    rounds), so the mean's within-engine variance is sum_k s_k^2 / K^2.
+    """
+    shared = [r for p in pairs for r in p]
+    ca, cb = slot_bootstrap([a, b], shared, resamples, rng)
+    # Row 0: every request once (the estimate itself); rows 1..: the replicates.
+    ca = np.vstack([np.ones((1, a.n), dtype=np.int64), ca])
+    cb = np.vstack([np.ones((1, b.n), dtype=np.int64), cb])
+    lrs, ses = [], []
+    for rounds in pairs:
+        lq_all = _log(quantile_values(b, cb, rounds)) - _log(quantile_values(a, ca, rounds))
+        lq, se_q = lq_all[0], log_se(lq_all[1:])
+        lr_rate, se_rate = paired_rate_log_ratio(a, b, rounds)
+        lrs.append(np.concatenate([lq, lr_rate]))
+        ses.append(np.concatenate([se_q, se_rate]))
+    d, s = np.stack(lrs), np.stack(ses)
+    k = len(pairs)
+    return PairedEstimates(d.mean(axis=0), np.sqrt(np.sum(s**2, axis=0)) / k, d, s)
+
+
+# --- ranks and quantiles of reference distributions ------------------------------------------------
 
 
 def per_request_series(arm: ArmSamples, family: str) -> np.ndarray | None:
     """The per-request values a rank test compares for a latency family; None for rate metrics."""
     if family == "itl_s":
-        series = arm.itl_median_per_request()
+        series = arm.itl_median_per_request
     elif family in ("ttft_s", "tpot_s", "e2e_s"):
         series = getattr(arm, family)
     else:
@@ -242,3 +317,13 @@ def z_two_sided(alpha: float) -> float:
 
 def z_one_sided(p: float) -> float:
     return float(sps.norm.ppf(p))
+
+
+@lru_cache(maxsize=4096)
+def t_two_sided(alpha: float, dof: int) -> float:
+    return float(sps.t.ppf(1.0 - alpha / 2.0, dof))
+
+
+@lru_cache(maxsize=4096)
+def t_one_sided(p: float, dof: int) -> float:
+    return float(sps.t.ppf(p, dof))

@@ -7,16 +7,25 @@ that minimises the standard error of the mean of what is left, searching only th
 
 The same schedule slots are dropped from every arm of a round (the latest cut of any arm), so arms
 stay paired request for request.
+
+``judged_arms`` is the one entry point: the report's verdicts and the nightly gate both take the
+requests they judge from it, so one night's gate and report always judge the same requests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from analysis.samples import ArmSamples, arm_samples
+from experiment.slo import SloSpec
+from result_format.run_result import RunResult
 from workloads.records import RequestRecord
 
+SteadyStateRule = Literal["mser5", "none"]
 BATCH = 5
 MIN_BATCHES = 4
 
@@ -59,3 +68,30 @@ def warmup_slots(arms_records: Sequence[Sequence[RequestRecord]]) -> dict[int, i
 
 def steady(records: Sequence[RequestRecord], cuts: dict[int, int]) -> list[RequestRecord]:
     return [r for r in records if r.index >= cuts.get(r.round, 0)]
+
+
+@dataclass(frozen=True)
+class JudgedArms:
+    """The requests a run is judged on: steady-state samples of every usable arm."""
+
+    samples: dict[str, ArmSamples]
+    skipped: dict[str, str]  # arm -> why it has no samples
+    cuts: dict[int, int]  # round -> schedule slots excluded as warm-up (0 where none)
+
+
+def judged_arms(result: RunResult, slo: SloSpec, rule: SteadyStateRule = "mser5") -> JudgedArms:
+    """Steady-state samples of the run's ok arms with at least two successful requests."""
+    ok_arms = [a.records for a in result.arms if a.status == "ok"]
+    cuts = warmup_slots(ok_arms) if rule == "mser5" else {}
+    samples: dict[str, ArmSamples] = {}
+    skipped: dict[str, str] = {}
+    for arm in result.arms:
+        if arm.status != "ok":
+            skipped[arm.name] = f"arm {arm.status}: {arm.failure_reason or 'no reason recorded'}"
+            continue
+        s = arm_samples(arm.name, steady(arm.records, cuts), slo)
+        if s.n < 2:
+            skipped[arm.name] = f"only {s.n} successful request(s)"
+        else:
+            samples[arm.name] = s
+    return JudgedArms(samples, skipped, cuts)

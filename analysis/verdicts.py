@@ -1,110 +1,143 @@
-"""A/B verdicts of one run: every arm against the baseline, with the run's own A/A noise.
+"""A/B verdicts of one run: every arm against the baseline, judged against engine-instance noise.
 
-A metric is *regressed* (or *improved*) only when the interval of log(B/A) at the family-wise
-level lies wholly on the worse (better) side of zero and the effect is at least ``min_effect``.
-The family is the comparison's metrics (Bonferroni), so an A/A comparison flags nothing in at
-least 1 - alpha of runs. When the run has an A/A control arm, the part of the control's observed
-discrepancy that its own sampling error does not explain is added to the variance: a difference
-between two copies of the same arm is noise the request bootstrap cannot see (engine placement,
-warm state), and a verdict must clear it. The minimum detectable effect is quoted from the same
-standard error: (z_level + z_power) * se, as a relative change.
+A metric is *regressed* (or *improved*) only when the interval of log(B/A) at the family-wise level
+lies wholly on the worse (better) side of zero and the effect is at least ``min_effect``. The
+family is the comparison's metrics (Bonferroni), so an A/A comparison flags nothing in at least
+1 - alpha of runs, and the interval includes the difference between engine instances
+(``analysis.design``): W = tau^2 / K + se_within^2 with Student's t on the engine term's degrees of
+freedom. A design that cannot estimate that term (one engine per arm, no A/A control) gives no
+verdict and says what to add. The A/A comparison itself is the run's noise floor: its discrepancy
+and the smallest effect it lets a comparison detect, never "improved" or "regressed".
+
+``ci_within_engine`` is the interval one engine's requests alone give (what earlier versions
+decided on): shown, never decided on.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from analysis import stats
-from analysis.samples import ArmSamples, arm_control_of, arm_samples
-from analysis.steady_state import steady, warmup_slots
+from analysis import design, stats
+from analysis.compilation import compile_check
+from analysis.samples import ArmSamples, arm_control_of
+from analysis.steady_state import SteadyStateRule, judged_arms
+from common.strict import StrictModel
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
+from workloads.metrics import ArmRates, arm_rates
 
-Verdict = Literal["improved", "regressed", "no detectable difference", "not measured"]
+Verdict = Literal[
+    "improved", "regressed", "no detectable difference", "not measured", "no verdict (design)", "noise floor"
+]
+DECIDED: tuple[Verdict, ...] = ("improved", "regressed")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AnalysisSettings(_Strict):
+class AnalysisSettings(StrictModel):
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise false-positive level of one comparison.")
     min_effect: float = Field(0.01, ge=0, description="Smallest relative change worth a verdict (0.01 = 1%).")
     power: float = Field(0.8, gt=0, lt=1, description="Power at which the minimum detectable effect is quoted.")
     min_tail_requests: int = Field(
         10, ge=1, description="A p-quantile gets a verdict only with this many requests beyond it in each arm."
     )
-    bootstrap_resamples: int = Field(1000, ge=50, description="Bootstrap replicates per arm and scheme.")
+    bootstrap_resamples: int = Field(1000, ge=50, description="Bootstrap replicates per comparison.")
     seed: int = Field(0, description="Seed of every bootstrap: same inputs, same report.")
     baseline_arm: str | None = Field(None, description="Arm B/A ratios divide by; null: the first baseline-flag arm.")
-    slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo', else the defaults.")
-    steady_state: Literal["mser5", "none"] = Field(
+    slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo'.")
+    steady_state: SteadyStateRule = Field(
         "mser5", description="Exclude warm-up by the MSER-5 steady-state rule on TTFT ('none': keep every request)."
     )
 
 
-class MetricVerdict(_Strict):
+class MetricVerdict(StrictModel):
     metric: str = Field(description="Metric key, e.g. 'ttft_s_p90'.")
     label: str
     unit: str
     higher_is_better: bool
-    a_value: float | None = Field(description="Metric of the baseline arm (A).")
-    b_value: float | None = Field(description="Metric of the compared arm (B).")
+    a_value: float | None = Field(description="Metric of the baseline arm (A), over the shared rounds.")
+    b_value: float | None = Field(description="Metric of the compared arm (B), over the shared rounds.")
     ratio: float | None = Field(description="B/A; null when either side is undefined or zero.")
-    ci_requests: tuple[float, float] | None = Field(description="Interval of B/A, bootstrap over requests.")
-    ci_rounds: tuple[float, float] | None = Field(
-        description="Interval of B/A over rounds (request error + between-round variance); null with < 2 rounds."
+    ci: tuple[float, float] | None = Field(
+        description="Interval of B/A the verdict is decided on: within-engine error plus engine-instance variance, "
+        "Student's t on `dof`. Null when the design cannot estimate the engine term, and for the A/A noise floor."
+    )
+    ci_within_engine: tuple[float, float] | None = Field(
+        description="Interval from one engine's requests (bootstrap) or time blocks (rates) alone: blind to the "
+        "difference between engine instances, so never decided on."
     )
     ci_level: float = Field(description="Coverage of both intervals (Bonferroni-corrected).")
+    dof: int = Field(description="Degrees of freedom of the engine-instance variance (0: not estimable).")
+    engine_sd_rel: float | None = Field(description="Estimated SD of one engine instance's offset, relative.")
     mann_whitney_p: float | None = Field(description="Two-sided U-test p on per-request values; null for rates.")
-    mde_rel: float | None = Field(description="Smallest relative change detectable at `power`, given A/A noise.")
-    aa_noise_rel: float | None = Field(description="|A'/A - 1| of the A/A control arm; null without one.")
+    mde_rel: float | None = Field(description="Smallest relative change detectable at `power` by this design.")
+    aa_noise_rel: float | None = Field(description="|A'/A - 1| of the A/A control (largest of several); null without.")
     verdict: Verdict
     note: str | None = Field(None, description="Why there is no verdict, when there is none.")
 
 
-class ArmComparison(_Strict):
+class ArmComparison(StrictModel):
     a_arm: str = Field(description="Baseline arm (denominator).")
     b_arm: str = Field(description="Compared arm (numerator).")
-    kind: Literal["ab", "aa"] = Field(description="'aa' when B is a control copy of A.")
-    control_arm: str | None = Field(description="A/A control whose noise entered the verdicts; null without one.")
+    kind: Literal["ab", "aa"] = Field(description="'aa' when B is a control copy of A: the noise floor.")
+    controls: list[str] = Field(description="A/A control arms whose discrepancy entered the engine term.")
     n_a: int
     n_b: int
-    shared_rounds: int = Field(description="Rounds both arms ran; the rounds bootstrap needs two or more.")
+    shared_rounds: int = Field(description="Rounds both arms ran.")
+    engine_pairs: int = Field(description="Independent engine pairs behind B/A (parallel: 1 whatever the rounds).")
+    design: str = Field(description="What the engine-instance term rests on, in words.")
+    design_advice: str | None = Field(None, description="What to add for verdicts, when the design gives none.")
+    confounded_by_compilation: bool = Field(
+        False, description="One side compiled Triton kernels inside its measured window and the other did not."
+    )
+    compiles_a: int | None = Field(None, description="Triton compiles in A's measured window; null: not exported.")
+    compiles_b: int | None = Field(None, description="Triton compiles in B's measured window; null: not exported.")
+    notes: list[str] = Field(default_factory=list)
     metrics: list[MetricVerdict]
 
     def with_verdict(self, verdict: Verdict) -> list[MetricVerdict]:
         return [m for m in self.metrics if m.verdict == verdict]
 
+    def metric(self, key: str) -> MetricVerdict:
+        return next(m for m in self.metrics if m.metric == key)
 
-class RunAnalysis(_Strict):
+
+class RunAnalysis(StrictModel):
     run_id: str
     settings: AnalysisSettings
     slo: SloSpec
+    placement: design.Placement = Field("interleaved", description="The run's placement (engines per round).")
     baseline_arm: str | None = Field(description="Null when no arm succeeded.")
     comparisons: list[ArmComparison]
     skipped_arms: dict[str, str] = Field(description="Arm -> why it was not compared (failed, no requests).")
     warmup_excluded: dict[int, int] = Field(
         default_factory=dict, description="Round -> schedule slots before steady state, excluded from every arm."
     )
+    arm_rates: dict[str, ArmRates] = Field(
+        default_factory=dict,
+        description="Per arm, over all its measured requests: the rates the console table prints (ArmSummary).",
+    )
 
     @property
     def regressed(self) -> bool:
         return any(c.kind == "ab" and c.with_verdict("regressed") for c in self.comparisons)
+
+    @property
+    def noise_floor(self) -> list[ArmComparison]:
+        return [c for c in self.comparisons if c.kind == "aa"]
 
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _interval(log_ratio: float, se: float, z: float) -> tuple[float, float] | None:
-    if not (math.isfinite(log_ratio) and math.isfinite(se)):
+def _interval(log_ratio: float, se: float, q: float) -> tuple[float, float] | None:
+    if not (math.isfinite(log_ratio) and math.isfinite(se) and math.isfinite(q)):
         return None
-    return (math.exp(log_ratio - z * se), math.exp(log_ratio + z * se))
+    return (math.exp(log_ratio - q * se), math.exp(log_ratio + q * se))
 
 
 def compare_samples(
@@ -112,56 +145,61 @@ def compare_samples(
     b: ArmSamples,
     settings: AnalysisSettings,
     kind: Literal["ab", "aa"] = "ab",
-    control: ArmComparison | None = None,
+    controls: Sequence[tuple[str, stats.PairedEstimates]] = (),
+    placement: design.Placement = "interleaved",
     rng: np.random.Generator | None = None,
+    estimates: stats.PairedEstimates | None = None,
 ) -> ArmComparison:
-    """Verdicts of every metric of B against A."""
+    """Verdicts of every metric of B against A; ``controls`` are the run's A/A estimates (name, estimates)."""
     rng = rng or np.random.default_rng(settings.seed)
     m = len(stats.METRICS)
-    per_metric_alpha = settings.alpha / m
-    z = stats.z_two_sided(per_metric_alpha)
-    z_power = stats.z_one_sided(settings.power)
-    pa, pb = stats.point_values(a), stats.point_values(b)
-    boot = stats.paired_bootstrap(a, b, settings.bootstrap_resamples, rng)
-    nan = np.full(m, np.nan)
-    se_req = boot.se_requests if boot is not None else nan
-    se_rounds = boot.se_rounds() if boot is not None else nan
-    noise = {mv.metric: mv for mv in control.metrics} if control is not None else {}
+    alpha_j = settings.alpha / m
+    shared = sorted(set(a.round_ids()) & set(b.round_ids()))
+    pairs = design.engine_pairs(placement, shared)
+    est = estimates or stats.paired_estimates(a, b, pairs, settings.bootstrap_resamples, rng)
+    terms = [design.control_term(e) for _, e in controls]
+    if kind == "ab":
+        terms.append(design.own_term(est))
+    noise = design.pool(terms, m)
+    pa, pb = stats.point_values(a, shared), stats.point_values(b, shared)
+    z = stats.z_two_sided(alpha_j)
+    aa_rel = [np.abs(np.expm1(e.log_ratio)) for _, e in controls]
+    aa_noise = np.nanmax(np.stack(aa_rel), axis=0) if aa_rel else np.full(m, np.nan)
+    k = est.pairs
+    mwu: dict[str, float | None] = {}
+    for spec in stats.METRICS:
+        if spec.family not in mwu:
+            series = (stats.per_request_series(a, spec.family), stats.per_request_series(b, spec.family))
+            mwu[spec.family] = stats.mann_whitney_p(*series)
     verdicts = []
     for j, spec in enumerate(stats.METRICS):
-        ok = pa[j] > 0 and pb[j] > 0 and math.isfinite(pa[j]) and math.isfinite(pb[j])
-        lr = math.log(pb[j] / pa[j]) if ok else math.nan
-        se_rounds_j = float(se_rounds[j])
-        # A rate is one number per round (tokens over the round's span, set by its last request):
-        # resampling requests cannot give its error, only replication over rounds can.
-        se_req_j = math.nan if spec.quantile is None else float(se_req[j])
-        se_boot = se_rounds_j if math.isfinite(se_rounds_j) else se_req_j
-        aa = noise.get(spec.key)
-        aa_log = abs(math.log(aa.ratio)) if aa is not None and aa.ratio else 0.0
-        aa_se = 0.0
-        aa_ci = (aa.ci_rounds or aa.ci_requests) if aa is not None else None
-        if aa_ci is not None:
-            aa_se = (math.log(aa_ci[1]) - math.log(aa_ci[0])) / (2 * z)
-        # Engine-to-engine variance the request bootstrap cannot see: the A/A discrepancy beyond
-        # what its own sampling error explains (a one-sample method-of-moments estimate).
-        systematic_var = max(0.0, aa_log**2 - aa_se**2)
-        se_decision = math.sqrt(se_boot**2 + systematic_var)
-        decision = _interval(lr, se_decision, z)
-        verdict: Verdict = "not measured"
+        lr, se_w = float(est.log_ratio[j]), float(est.se_within[j])
+        dof = int(noise.dof[j])
+        w = float(noise.tau2[j]) / k + se_w**2 if dof > 0 else math.nan
+        q = stats.t_two_sided(alpha_j, dof) if dof > 0 else math.nan
+        se = math.sqrt(w) if math.isfinite(w) else math.nan
+        mde = math.expm1((q + stats.t_one_sided(settings.power, dof)) * se) if math.isfinite(se) else None
+        decision = _interval(lr, se, q)
         tail = min(a.n, b.n) * (1 - spec.quantile / 100) if spec.quantile is not None else math.inf
         note = None
+        verdict: Verdict = "not measured"
         if tail < settings.min_tail_requests:
             note = f"too few requests for p{spec.quantile}: needs {settings.min_tail_requests} beyond it per arm"
             decision = None
-        elif decision is None and spec.quantile is None:
-            note = "a run-level rate: needs two or more shared rounds for an interval"
-        elif decision is None:
+        elif not math.isfinite(lr) or not math.isfinite(se_w):
             note = "undefined in an arm or in too many resamples"
-        if decision is not None:
+            decision = None
+        elif kind == "aa":
+            verdict = "noise floor"
+            decision = None
+        elif dof == 0:
+            verdict = "no verdict (design)"
+            note = "engine-instance noise not estimable: one engine per arm and no A/A control"
+        elif decision is not None:
             lo, hi = decision
             better = lo > 1 if spec.higher_is_better else hi < 1
             worse = hi < 1 if spec.higher_is_better else lo > 1
-            big = abs(math.exp(lr) - 1) >= settings.min_effect
+            big = abs(math.expm1(lr)) >= settings.min_effect
             verdict = "improved" if better and big else "regressed" if worse and big else "no detectable difference"
         verdicts.append(
             MetricVerdict(
@@ -172,29 +210,61 @@ def compare_samples(
                 a_value=_finite(pa[j]),
                 b_value=_finite(pb[j]),
                 ratio=math.exp(lr) if math.isfinite(lr) else None,
-                ci_requests=_interval(lr, se_req_j, z),
-                ci_rounds=_interval(lr, se_rounds_j, z),
-                ci_level=1 - per_metric_alpha,
-                mann_whitney_p=stats.mann_whitney_p(
-                    stats.per_request_series(a, spec.family), stats.per_request_series(b, spec.family)
-                ),
-                mde_rel=math.exp((z + z_power) * se_decision) - 1 if math.isfinite(se_decision) else None,
-                aa_noise_rel=abs(aa.ratio - 1) if aa is not None and aa.ratio else None,
+                ci=decision,
+                ci_within_engine=_interval(lr, se_w, z),
+                ci_level=1 - alpha_j,
+                dof=dof,
+                engine_sd_rel=_finite(float(noise.engine_sd_rel[j])) if dof > 0 else None,
+                mann_whitney_p=mwu[spec.family],
+                mde_rel=mde if mde is not None and math.isfinite(mde) else None,
+                aa_noise_rel=_finite(float(aa_noise[j])),
                 verdict=verdict,
                 note=note,
             )
         )
-    shared = len(set(a.round_ids()) & set(b.round_ids()))
+    names = [n for n, _ in controls]
+    max_dof = int(noise.dof.max()) if noise.dof.size else 0
     return ArmComparison(
         a_arm=a.name,
         b_arm=b.name,
         kind=kind,
-        control_arm=control.b_arm if control is not None else None,
+        controls=names,
         n_a=a.n,
         n_b=b.n,
-        shared_rounds=shared,
+        shared_rounds=len(shared),
+        engine_pairs=k,
+        design=design.describe(placement, k, names, max_dof),
+        design_advice=design.design_advice(placement, a.name) if kind == "ab" and max_dof == 0 else None,
         metrics=verdicts,
     )
+
+
+def compare_arms(
+    samples: Mapping[str, ArmSamples],
+    control_of: Mapping[str, str | None],
+    baseline: str | None,
+    settings: AnalysisSettings,
+    placement: design.Placement = "interleaved",
+) -> list[ArmComparison]:
+    """Each A/A control against the arm it copies (the noise floor), then every other arm against the
+    baseline with every control's noise in its engine term. ``control_of`` lists the arms in run order."""
+    rng = np.random.default_rng(settings.seed)
+    controls: list[tuple[str, stats.PairedEstimates]] = []
+    aa_pairs: list[tuple[ArmSamples, ArmSamples, stats.PairedEstimates]] = []
+    for name, target in control_of.items():
+        if target and name in samples and target in samples:
+            a, b = samples[target], samples[name]
+            pairs = design.engine_pairs(placement, sorted(set(a.round_ids()) & set(b.round_ids())))
+            est = stats.paired_estimates(a, b, pairs, settings.bootstrap_resamples, rng)
+            controls.append((name, est))
+            aa_pairs.append((a, b, est))
+    out = [compare_samples(a, b, settings, "aa", controls, placement, rng, estimates=est) for a, b, est in aa_pairs]
+    if baseline is not None and baseline in samples:
+        for name, target in control_of.items():
+            if name == baseline or name not in samples or target:
+                continue
+            out.append(compare_samples(samples[baseline], samples[name], settings, "ab", controls, placement, rng))
+    return out
 
 
 def choose_baseline(result: RunResult, usable: list[str], wanted: str | None) -> str | None:
@@ -208,45 +278,36 @@ def choose_baseline(result: RunResult, usable: list[str], wanted: str | None) ->
 
 
 def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> RunAnalysis:
-    """Every ok arm against the baseline; each A/A control against the arm it copies (first, for noise)."""
+    """Every ok arm against the baseline; each A/A control against the arm it copies (the noise floor)."""
     settings = settings or AnalysisSettings()
     slo = settings.slo or result.config.slo
-    samples: dict[str, ArmSamples] = {}
-    skipped: dict[str, str] = {}
-    ok_arms = [a.records for a in result.arms if a.status == "ok"]
-    cuts = warmup_slots(ok_arms) if settings.steady_state == "mser5" else {}
-    for arm in result.arms:
-        s = arm_samples(arm.name, steady(arm.records, cuts), slo)
-        if arm.status != "ok":
-            skipped[arm.name] = f"arm {arm.status}: {arm.failure_reason or 'no reason recorded'}"
-        elif s.n < 2:
-            skipped[arm.name] = f"only {s.n} successful request(s)"
-        else:
-            samples[arm.name] = s
-    base = choose_baseline(result, list(samples), settings.baseline_arm)
-    rng = np.random.default_rng(settings.seed)
-    controls: dict[str, ArmComparison] = {}
-    comparisons: list[ArmComparison] = []
-    for arm in result.arms:
-        target = arm_control_of(arm)
-        if target and arm.name in samples and target in samples:
-            c = compare_samples(samples[target], samples[arm.name], settings, kind="aa", rng=rng)
-            controls.setdefault(target, c)
-            comparisons.append(c)
-    if base is not None and base in samples:
-        for arm in result.arms:
-            if arm.name == base or arm.name not in samples or arm_control_of(arm):
-                continue
-            control = controls.get(base) or controls.get(arm.name)
-            comparisons.append(
-                compare_samples(samples[base], samples[arm.name], settings, kind="ab", control=control, rng=rng)
+    judged = judged_arms(result, slo, settings.steady_state)
+    base = choose_baseline(result, list(judged.samples), settings.baseline_arm)
+    placement = result.config.placement
+    comparisons = compare_arms(
+        judged.samples, {a.name: arm_control_of(a) for a in result.arms}, base, settings, placement
+    )
+    checked = []
+    for c in comparisons:
+        chk = compile_check(result.arm(c.a_arm), result.arm(c.b_arm))
+        checked.append(
+            c.model_copy(
+                update={
+                    "confounded_by_compilation": chk.confounded,
+                    "compiles_a": chk.compiles_a,
+                    "compiles_b": chk.compiles_b,
+                    "notes": c.notes + ([chk.note] if chk.note else []),
+                }
             )
+        )
     return RunAnalysis(
         run_id=result.run_id,
         settings=settings,
         slo=slo,
+        placement=placement,
         baseline_arm=base,
-        comparisons=comparisons,
-        warmup_excluded={k: v for k, v in cuts.items() if v},
-        skipped_arms=skipped,
+        comparisons=checked,
+        warmup_excluded={k: v for k, v in judged.cuts.items() if v},
+        skipped_arms=judged.skipped,
+        arm_rates={a.name: arm_rates(a.records, slo) for a in result.arms if a.records},
     )

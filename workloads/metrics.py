@@ -1,21 +1,43 @@
-"""Summary statistics over request records: the numbers in the per-arm table and result file."""
+"""Summary statistics over request records: the numbers in the per-arm table and result file.
+
+Rates are per round, then combined. Every round's clock restarts at 0 (the replay starts again), so
+one span over all records would be about one round's length and multiply every rate by the number
+of rounds. A rate here is total count / total measured time, the measured time of a round being
+its first intended send to its last response end.
+
+Each rate has a sampling interval from batch means: a round's window is cut into ``RATE_BLOCKS``
+equal time blocks, each block's rate is one observation, and the spread of the block rates gives the
+error of their mean (which is exactly the round's rate). It sees the randomness of arrivals and
+lengths inside the measured window, which one number per round cannot; it does not see the
+difference between two engine instances (the analysis adds that term to every B/A comparison).
+With several rounds the per-round rates give a second interval (``ci_rounds``): with a fresh engine
+per round (interleaved placement) it includes engine-to-engine differences, at R - 1 degrees of
+freedom.
+
+The same functions serve the console table (through ``ArmSummary``), the report and the analysis,
+so they cannot disagree about what a rate is.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from scipy import stats as sps
 
+from common.strict import StrictModel
+from experiment.slo import SloSpec, meets_slo
 from workloads.records import RequestRecord
 
 QUANTILES = (50, 90, 99)
+RATE_BLOCKS = 10
+"""Time blocks per round for batch means: 9 degrees of freedom per round, blocks long against a request."""
+RATE_CI_LEVEL = 0.95
 
 
-class Distribution(BaseModel):
+class Distribution(StrictModel):
     """Quantiles of one latency metric in seconds; all null when there were no samples."""
-
-    model_config = ConfigDict(extra="forbid")
 
     count: int
     mean: float | None
@@ -24,17 +46,47 @@ class Distribution(BaseModel):
     p99: float | None
 
 
-class ArmSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RateEstimate(StrictModel):
+    """One rate of one arm over its measured windows, with its intervals."""
 
+    per_s: float = Field(description="Total count over total measured time (sum of the rounds' spans).")
+    ci: tuple[float, float] | None = Field(
+        description="Batch-means interval (RATE_BLOCKS time blocks per round): the sampling error inside the "
+        "measured windows; no engine-to-engine term. Null when a window is too short to cut into blocks."
+    )
+    ci_rounds: tuple[float, float] | None = Field(
+        description="Interval from the spread of the per-round rates (t, rounds - 1 degrees of freedom); includes "
+        "engine-to-engine differences when each round is a fresh engine. Null with one round."
+    )
+    by_round: list[float] = Field(description="The rate of each round on its own, in round order.")
+
+
+class ArmRates(StrictModel):
+    ci_level: float = Field(RATE_CI_LEVEL, description="Coverage of every interval here.")
+    blocks_per_round: int = Field(RATE_BLOCKS, description="Batch-means time blocks per round.")
+    round_durations_s: list[float] = Field(description="Measured time of each round: first intended send to last end.")
+    output_tokens_per_s: RateEstimate
+    requests_per_s: RateEstimate = Field(description="Successful requests per second.")
+    goodput_rps: RateEstimate | None = Field(
+        None, description="Successful requests meeting the SLO per second; null when no SLO was given."
+    )
+
+
+class ArmSummary(StrictModel):
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
     e2e_s: Distribution
     send_lag_ms: Distribution = Field(description="Actual minus intended send time: the client's own lag.")
-    duration_s: float = Field(description="First intended send to last response end.")
+    duration_s: float = Field(
+        description="Measured time: the sum over rounds of first intended send to last response end (each round's "
+        "clock starts at 0). Files written before rates were per round hold one span over all rounds."
+    )
     requests_per_s: float = Field(description="Successful requests per second over duration_s.")
     output_tokens_per_s: float = Field(description="Output tokens of successful requests per second.")
+    goodput_rps: float | None = Field(None, description="Requests meeting the SLO per second; null without an SLO.")
+    rounds: int = Field(1, description="Rounds the records came from.")
+    rates: ArmRates | None = Field(None, description="The rates with their intervals; null in older files.")
 
 
 def distribution(values: Sequence[float]) -> Distribution:
@@ -46,24 +98,125 @@ def distribution(values: Sequence[float]) -> Distribution:
     return Distribution(count=len(arr), mean=float(arr.mean()), p50=p50, p90=p90, p99=p99)
 
 
-def summarize(records: Sequence[RequestRecord]) -> ArmSummary:
+# --- rates ----------------------------------------------------------------------------------------
+
+
+def block_rates(
+    start_s: float, end_s: float, times_s: np.ndarray, weights: np.ndarray, blocks: int = RATE_BLOCKS
+) -> np.ndarray:
+    """Rate in each of ``blocks`` equal time blocks of [start_s, end_s]: weight of the events in the
+    block over the block's length. Their mean is exactly total weight / (end_s - start_s)."""
+    span = end_s - start_s
+    if span <= 0 or blocks < 1:
+        return np.full(max(blocks, 1), np.nan)
+    idx = np.clip(((np.asarray(times_s) - start_s) / span * blocks).astype(np.int64), 0, blocks - 1)
+    return np.bincount(idx, weights=np.asarray(weights, dtype=np.float64), minlength=blocks) / (span / blocks)
+
+
+def t_interval(value: float, se: float, dof: float, level: float = RATE_CI_LEVEL) -> tuple[float, float] | None:
+    if not (np.isfinite(value) and np.isfinite(se) and dof >= 1):
+        return None
+    half = float(sps.t.ppf(0.5 + level / 2, dof)) * se
+    return (value - half, value + half)
+
+
+def combine_rounds(
+    spans_s: Sequence[float], per_round_blocks: Sequence[np.ndarray], level: float = RATE_CI_LEVEL
+) -> RateEstimate:
+    """Total over total time, with the batch-means interval and (two or more rounds) the rounds interval.
+
+    The rate is sum_r T_r x_r / sum_r T_r (x_r the mean of round r's blocks, T_r its span), so its batch-
+    means variance is sum_r (T_r / T)^2 s_r^2 / K, at R (K - 1) degrees of freedom.
+    """
+    spans = np.asarray(spans_s, dtype=np.float64)
+    keep = [i for i, s in enumerate(spans) if s > 0 and np.all(np.isfinite(per_round_blocks[i]))]
+    if not keep:
+        return RateEstimate(per_s=0.0, ci=None, ci_rounds=None, by_round=[0.0] * len(spans))
+    total = float(spans[keep].sum())
+    means = np.array([float(np.mean(per_round_blocks[i])) for i in keep])
+    weights = spans[keep] / total
+    value = float(weights @ means)
+    k = min(per_round_blocks[i].size for i in keep)
+    ci = None
+    if k >= 2:
+        var = sum(w**2 * float(np.var(per_round_blocks[i], ddof=1)) / per_round_blocks[i].size
+                  for w, i in zip(weights, keep, strict=True))  # fmt: skip
+        ci = t_interval(value, float(np.sqrt(var)), len(keep) * (k - 1), level)
+    ci_rounds = None
+    if len(keep) >= 2:
+        ci_rounds = t_interval(value, float(np.std(means, ddof=1) / np.sqrt(len(keep))), len(keep) - 1, level)
+    by_round = [float(np.mean(b)) if s > 0 else 0.0 for s, b in zip(spans, per_round_blocks, strict=True)]
+    return RateEstimate(per_s=value, ci=ci, ci_rounds=ci_rounds, by_round=by_round)
+
+
+def token_events(record: RequestRecord) -> tuple[list[float], list[float]]:
+    """When a successful request's output tokens arrived, each weighted so the total is the count the server
+    reported (chunks counted as tokens when it reported none); all at the end if no token was timed."""
+    n = record.output_tokens if record.output_tokens is not None else len(record.token_times_s)
+    if record.token_times_s:
+        return list(record.token_times_s), [n / len(record.token_times_s)] * len(record.token_times_s)
+    return ([record.end_s] if record.end_s is not None else []), ([float(n)] if record.end_s is not None else [])
+
+
+def round_window(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    """A round's measured window: its first intended send (of any request) to its last successful end."""
+    ends = [r.end_s for r in records if r.ok and r.end_s is not None]
+    if not records or not ends:
+        return (0.0, 0.0)
+    return (min(r.intended_send_s for r in records), max(ends))
+
+
+def arm_rates(records: Sequence[RequestRecord], slo: SloSpec | None = None, blocks: int = RATE_BLOCKS) -> ArmRates:
+    """Output tokens/s, requests/s and (with an SLO) goodput of one arm, per round then combined."""
+    by_round: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        by_round.setdefault(r.round, []).append(r)
+    spans, tok_b, req_b, good_b = [], [], [], []
+    for rnd in sorted(by_round):
+        recs = by_round[rnd]
+        start, end = round_window(recs)
+        ok = [r for r in recs if r.ok and r.end_s is not None]
+        times: list[float] = []
+        weights: list[float] = []
+        for r in ok:
+            t, w = token_events(r)
+            times += t
+            weights += w
+        ends = np.array([r.end_s for r in ok], dtype=np.float64)
+        spans.append(end - start)
+        tok_b.append(block_rates(start, end, np.array(times), np.array(weights), blocks))
+        req_b.append(block_rates(start, end, ends, np.ones(ends.size), blocks))
+        if slo is not None:
+            met = np.array([1.0 if meets_slo(r, slo) else 0.0 for r in ok])
+            good_b.append(block_rates(start, end, ends, met, blocks))
+    return ArmRates(
+        blocks_per_round=blocks,
+        round_durations_s=[float(s) for s in spans],
+        output_tokens_per_s=combine_rounds(spans, tok_b),
+        requests_per_s=combine_rounds(spans, req_b),
+        goodput_rps=combine_rounds(spans, good_b) if slo is not None else None,
+    )
+
+
+def summarize(records: Sequence[RequestRecord], slo: SloSpec | None = None) -> ArmSummary:
+    """The per-arm numbers of the result file and the console table; ``slo`` adds goodput."""
     ok = [r for r in records if r.ok]
     ttft = [v for r in ok if (v := r.ttft_s) is not None]
     tpot = [v for r in ok if (v := r.tpot_s) is not None]
     e2e = [v for r in ok if (v := r.e2e_s) is not None]
     itl = [v for r in ok for v in r.itl_s]
     lag = [v for r in records if (v := r.send_lag_ms) is not None]
-    starts = [r.intended_send_s for r in records]
-    ends = [r.end_s for r in ok if r.end_s is not None]
-    duration_s = (max(ends) - min(starts)) if ends and starts else 0.0
-    out_tokens = sum(r.output_tokens or 0 for r in ok)
+    rates = arm_rates(records, slo)
     return ArmSummary(
         ttft_s=distribution(ttft),
         tpot_s=distribution(tpot),
         itl_s=distribution(itl),
         e2e_s=distribution(e2e),
         send_lag_ms=distribution(lag),
-        duration_s=duration_s,
-        requests_per_s=len(ok) / duration_s if duration_s > 0 else 0.0,
-        output_tokens_per_s=out_tokens / duration_s if duration_s > 0 else 0.0,
+        duration_s=float(sum(rates.round_durations_s)),
+        requests_per_s=rates.requests_per_s.per_s,
+        output_tokens_per_s=rates.output_tokens_per_s.per_s,
+        goodput_rps=rates.goodput_rps.per_s if rates.goodput_rps is not None else None,
+        rounds=len(rates.round_durations_s) or 1,
+        rates=rates,
     )

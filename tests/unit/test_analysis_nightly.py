@@ -47,8 +47,9 @@ def test_one_bad_night_is_flagged_but_does_not_fail(calm_history):
 
 
 def test_two_bad_nights_in_a_row_fail_with_exit_1(calm_history):
-    history = [*calm_history, night(7, tpot_scale=1.15)]
-    v = judge_night(night(8, tpot_scale=1.15), history, POLICY)
+    # The first bad night is in the second one's baseline window and widens its spread: a clear effect.
+    history = [*calm_history, night(7, tpot_scale=1.2)]
+    v = judge_night(night(8, tpot_scale=1.2), history, POLICY)
     assert (v.status, v.exit_code) == ("regression", 1)
     regressed = {(c.arm, c.metric) for c in v.regressions}
     assert regressed == {("baseline", "tpot_s_p50"), ("all-optimizations", "tpot_s_p50")}
@@ -123,3 +124,33 @@ def test_tail_quantiles_of_small_nights_are_not_gated(calm_history):
     checks = {c.metric: c for c in v.checks if c.arm == "baseline"}
     assert checks["tpot_s_p99"].ci is None and not checks["tpot_s_p99"].flagged
     assert checks["tpot_s_p50"].flagged
+
+
+def _with_warmup(run, slow_requests=20, extra_s=2.0):
+    """Tonight's engines were cold: their first requests waited ``extra_s`` for the first token."""
+
+    def warm(r):
+        if r.index >= slow_requests:
+            return r
+        shifted = [t + extra_s for t in r.token_times_s]
+        return r.model_copy(update={"first_token_s": shifted[0], "token_times_s": shifted, "end_s": shifted[-1]})
+
+    arms = [a.model_copy(update={"records": [warm(r) for r in a.records]}) for a in run.arms]
+    return run.model_copy(update={"arms": arms})
+
+
+def test_the_gate_and_the_report_judge_the_same_requests(calm_history):
+    from analysis.verdicts import AnalysisSettings, analyse_run
+
+    tonight = _with_warmup(night(7))
+    v = judge_night(tonight, calm_history, POLICY)
+    report = analyse_run(tonight, AnalysisSettings(bootstrap_resamples=60))
+    assert report.warmup_excluded and v.warmup_excluded == report.warmup_excluded
+    (comparison,) = report.comparisons
+    judged = {comparison.a_arm: comparison.n_a, comparison.b_arm: comparison.n_b}
+    cut = report.warmup_excluded[0]
+    assert cut >= 20
+    for check in v.checks:
+        assert check.requests == judged[check.arm] == 300 - cut
+    # Judged on steady state, the cold start does not flag TTFT tonight.
+    assert not any(c.flagged for c in v.checks if c.metric == "ttft_s_p50")

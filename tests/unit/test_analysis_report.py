@@ -30,22 +30,50 @@ def test_real_result_gives_a_complete_self_contained_page(tmp_path):
     assert [c.b_arm for c in analysis.comparisons] == ["all-optimizations"]
 
 
-def test_small_run_withholds_tail_verdicts():
+def test_small_run_withholds_tail_verdicts_and_one_round_withholds_all():
     analysis = analyse_run(load_result(FIXTURE), QUICK)
     by_metric = {m.metric: m for m in analysis.comparisons[0].metrics}
     assert by_metric["ttft_s_p99"].verdict == "not measured" and "p99" in (by_metric["ttft_s_p99"].note or "")
-    assert by_metric["output_tokens_per_s"].verdict == "not measured"  # one round: no interval for a rate
-    assert by_metric["ttft_s_p50"].verdict != "not measured"
+    # One round, no A/A control: two engines, nothing to tell their offset from an effect.
+    assert by_metric["ttft_s_p50"].verdict == "no verdict (design)"
+    assert by_metric["output_tokens_per_s"].verdict == "no verdict (design)"
+    assert by_metric["output_tokens_per_s"].ci_within_engine is not None  # rates have intervals now
 
 
-def test_markdown_summary_lists_every_metric_and_the_regression(tmp_path):
-    arms = [SyntheticArm("baseline"), SyntheticArm("b", tpot_scale=1.1)]
-    run = synthetic_run("md", "2026-11-01T00:00:00+00:00", arms, 400, seed=3)
+def test_reports_say_what_to_add_when_the_design_gives_no_verdict(tmp_path):
+    write_report(load_result(FIXTURE), tmp_path, settings=QUICK)
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / name).read_text()
+        assert "no verdict (design)" in text
+        assert "`rounds: 2`" in text and "control_of: baseline" in text
+
+
+def test_markdown_summary_lists_every_metric_the_regression_and_the_noise_floor(tmp_path):
+    arms = [
+        SyntheticArm("baseline"),
+        SyntheticArm("baseline-aa", control_of="baseline"),
+        SyntheticArm("b", tpot_scale=1.1),
+    ]
+    run = synthetic_run("md", "2026-11-01T00:00:00+00:00", arms, 200, seed=3, rounds=4, request_sigma=0.5, sigma=0.01)
     write_report(run, tmp_path, formats=["md"], settings=QUICK)
     md = (tmp_path / "report.md").read_text()
-    assert md.count("| TPOT p") == 3 and "| output tokens/s |" in md
+    assert md.count("| TPOT p") == 2 * 3 and "| output tokens/s |" in md  # B/A table and noise-floor table
     assert "**REGRESSED**" in md
+    assert "### A/A noise floor: baseline-aa vs baseline" in md
     assert not (tmp_path / "report.html").exists()
+
+
+def test_reports_and_the_console_summary_read_the_same_rates(tmp_path):
+    """The per-arm rate table of the report is ArmSummary's (what the console table prints)."""
+    from workloads.metrics import summarize
+
+    result = load_result(FIXTURE)
+    analysis, _ = write_report(result, tmp_path, settings=QUICK)
+    md = (tmp_path / "report.md").read_text()
+    for arm in result.arms:
+        summary = summarize(arm.records, result.config.slo)
+        assert analysis.arm_rates[arm.name] == summary.rates
+        assert f"{summary.output_tokens_per_s:.4g}" in md and f"{summary.requests_per_s:.4g}" in md
 
 
 def test_cli_writes_into_the_run_folder_by_default(tmp_path, capsys):
