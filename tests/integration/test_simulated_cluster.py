@@ -55,7 +55,12 @@ def experiment(tmp_path: Path, **over) -> dict:
         "name": "sim",
         "output_dir": str(tmp_path / "runs"),
         "model": {"served_name": served_name_for(tmp_path)},
-        "engine": {"tensor_parallel_size": 8, "accelerator_type": "H200", "placement_timeout_s": 5},
+        "engine": {
+            "tensor_parallel_size": 8,
+            "accelerator_type": "H200",
+            "placement_timeout_s": 5,
+            "cache_state": "cold_per_arm",
+        },
         "simulate": {"cpu_engine_on_simulated_gpus": True, "engine_tensor_parallel_size": 1},
         "client": {"warmup_requests": 1},
         "workload": {
