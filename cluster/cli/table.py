@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from result_format.run_result import ArmResult, RunResult
-from workloads.metrics import Distribution
+from workloads.metrics import Distribution, RateEstimate
 
 LATENCIES = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("E2E", "e2e_s"))
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.1f}"
+
+
+def _rate(value: float | None, estimate: RateEstimate | None, digits: int) -> str:
+    """The rate and its within-run interval: the same numbers the report's rates table shows."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}f}"
+    if estimate is not None and estimate.ci is not None:
+        lo, hi = estimate.ci
+        text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return text
 
 
 def _rows(a: ArmResult) -> list[tuple[str, str]]:
@@ -24,8 +35,15 @@ def _rows(a: ArmResult) -> list[tuple[str, str]]:
         d: Distribution | None = getattr(s, field) if s else None
         for q in ("p50", "p90", "p99"):
             rows.append((f"{label} {q} (ms)", _ms(getattr(d, q) if d else None)))
-    rows.append(("requests/s", f"{s.requests_per_s:.2f}" if s else "-"))
-    rows.append(("output tokens/s", f"{s.output_tokens_per_s:.1f}" if s else "-"))
+    rates = s.rates if s else None
+    rows.append(("requests/s", _rate(s.requests_per_s if s else None, rates.requests_per_s if rates else None, 2)))
+    rows.append(
+        (
+            "output tokens/s",
+            _rate(s.output_tokens_per_s if s else None, rates.output_tokens_per_s if rates else None, 1),
+        )
+    )
+    rows.append(("goodput (req/s)", _rate(s.goodput_rps if s else None, rates.goodput_rps if rates else None, 2)))
     cb = a.client_bound
     rows.append(
         (
