@@ -4,11 +4,16 @@
 ``workloads.pacing``); "how many in flight" is a separate cap. The dispatcher only sleeps and
 hands each request to a task of its own, so a slow server shows up as latency and as send lag
 in the records, never as a silently stretched schedule. Reading the answers is ``workloads.sse``.
+
+A replay always ends: an exception in the dispatcher or in a request's task ends it with a
+``ReplayFailed`` (after the records finished so far), and a replay still running at its deadline
+(``replay_deadline_s``) ends with ``ReplayDeadlineExceeded``. Either way the caller sees why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import defaultdict
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
@@ -26,6 +31,26 @@ from workloads.timer import PreciseTimer
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
 
+DEADLINE_MARGIN_S = 30.0
+"""Slack on top of the worst case ``replay_deadline_s`` computes: event-loop lag, connection set-up, a slow
+read of the last chunk. Small against the request timeout, large against any healthy replay's overrun."""
+
+
+class ReplayError(RuntimeError):
+    """A replay that could not finish; the message is the reason its arm fails with."""
+
+
+class ReplayFailed(ReplayError):
+    """The dispatcher or a request's task raised: a bug, or a schedule the client cannot build a request from."""
+
+
+class ReplayDeadlineExceeded(ReplayError):
+    """The replay was still running at its deadline; what had finished was handed out, the rest cancelled."""
+
+
+class InjectedDispatchFault(RuntimeError):
+    """Raised by the dispatcher on purpose (``ClientSettings.fail_dispatch_after_records``): tests only."""
+
 
 @dataclass(frozen=True)
 class ClientSettings:
@@ -42,6 +67,46 @@ class ClientSettings:
     precise_timer: bool = True  # wake for each send on a timer thread (µs), not asyncio's 1 ms epoll timers
     spin_s: float = 0.0  # then yield-spin this long before each send (for an idle, dedicated core)
     connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
+    # Seconds after the common start at which the replay is cancelled (see replay_deadline_s); None: never.
+    deadline_s: float | None = None
+    # TEST ONLY (cluster.orchestration.fault_injection): once this many records are finished, the dispatcher
+    # raises InjectedDispatchFault instead of sending the next request. None in every real run.
+    fail_dispatch_after_records: int | None = None
+
+
+def replay_deadline_s(
+    requests: Sequence[PlannedRequest], settings: ClientSettings, margin_s: float = DEADLINE_MARGIN_S
+) -> float:
+    """The latest a healthy replay of ``requests`` can end, in seconds after the common start, plus a margin.
+
+    Every request ends within ``request_timeout_s`` of being sent (the session's total timeout), so a root
+    request ends by its send offset plus the timeout, and a chained one by its predecessor's end plus think
+    time plus the timeout. Under an in-flight cap of c, requests may also queue for a slot; with every
+    slot holder done within the timeout, the queue drains by ceil(n / c) timeouts (Graham's list-scheduling
+    bound). Anything still running past this is stuck, not slow.
+    """
+    timeout = settings.request_timeout_s
+    by_index = {r.index: r for r in requests}
+    ends: dict[int, float] = {}
+
+    def end(r: PlannedRequest) -> float:
+        chain = []  # walk up to the root iteratively: chains can be long
+        while r.index not in ends and r.after_index is not None and r.after_index in by_index:
+            chain.append(r)
+            if len(chain) > len(by_index):
+                raise ValueError(f"request #{r.index}: after_index chain has a cycle")
+            r = by_index[r.after_index]
+        if r.index not in ends:
+            ends[r.index] = r.send_offset_s + timeout
+        t = ends[r.index]
+        for c in reversed(chain):
+            t = ends[c.index] = t + c.think_time_s + timeout
+        return t
+
+    worst = max((end(r) for r in requests), default=0.0)
+    if settings.max_in_flight:
+        worst += math.ceil(len(requests) / settings.max_in_flight) * timeout
+    return worst + margin_s
 
 
 def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
@@ -106,8 +171,12 @@ class _Replay:
         self.s, self.clock, self.session, self.timer = settings, clock, session, timer
         self.url = f"{settings.base_url}/v1/completions"
         self.roots, self.followers = _chains(requests)
-        self.done: asyncio.Queue[RequestRecord] = asyncio.Queue()
+        self.planned = len(requests)
+        # Records as they finish, and at most one exception: the first a task of this replay raised.
+        self.done: asyncio.Queue[RequestRecord | ReplayFailed] = asyncio.Queue()
+        self.failed = False
         self.finished: list[RequestRecord] = []
+        self.enough_finished = asyncio.Event()  # for the test-only injected fault
         self.engine_down = asyncio.Event()  # set on the first refused connection: stop sending
         self.limit = asyncio.Semaphore(settings.max_in_flight) if settings.max_in_flight else None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -116,23 +185,44 @@ class _Replay:
     async def dispatch(self) -> None:
         """The send loop: sleep to each request's time and hand it to a task; never wait on a response."""
         s, clock, timer = self.s, self.clock, self.timer
-        for req in self.roots:
+        for sent, req in enumerate(self.roots):
+            if s.fail_dispatch_after_records is not None and sent >= s.fail_dispatch_after_records:
+                if len(self.finished) < s.fail_dispatch_after_records:
+                    await self.enough_finished.wait()  # those sent so far are on record: the test knows what to expect
+                raise InjectedDispatchFault(f"injected dispatcher fault after {s.fail_dispatch_after_records} records")
             payload = _payload(s, req)  # built before its time, so building it adds no lag
             await sleep_until(clock, req.send_offset_s, s.spin_s, timer)
             if self.engine_down.is_set():
                 await self._not_sent(req, req.send_offset_s)
                 continue
-            self._spawn(self._send(req, req.send_offset_s, payload))
+            self._spawn(self._send(req, req.send_offset_s, payload), f"request #{req.index}")
 
     async def _send_chained(self, req: PlannedRequest, intended_s: float) -> None:
         payload = _payload(self.s, req)
         await sleep_until(self.clock, intended_s, self.s.spin_s, self.timer)
-        self._spawn(self._send(req, intended_s, payload))
+        self._spawn(self._send(req, intended_s, payload), f"request #{req.index}")
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
+    def start(self) -> asyncio.Task[None]:
+        return self._spawn(self.dispatch(), "the dispatcher")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=what)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A task that raised ends the replay: otherwise its request would never get a record and the
+        reader would wait for it forever. Only the first exception is kept; the rest are its consequences."""
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved even when it is not the first, so asyncio does not warn about it
+        if exc is not None and not self.failed:
+            self.failed = True
+            err = ReplayFailed(f"replay failed in {task.get_name()}: {type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            self.done.put_nowait(err)
 
     # --- how many in flight ----------------------------------------------------------------------
     async def _take_slot(self) -> float:
@@ -178,16 +268,40 @@ class _Replay:
     async def _finish(self, rec: RequestRecord) -> None:
         """Hand the record out and release what was waiting for this request to end."""
         self.finished.append(rec)
+        if self.s.fail_dispatch_after_records is not None and len(self.finished) >= self.s.fail_dispatch_after_records:
+            self.enough_finished.set()
         await self.done.put(rec)
         end_s = rec.end_s if rec.end_s is not None else self.clock.now_s()
         for f in self.followers.pop(rec.index, ()):
-            self._spawn(self._send_chained(f, end_s + f.think_time_s))
+            self._spawn(self._send_chained(f, end_s + f.think_time_s), f"request #{f.index}")
 
-    async def cancel(self, dispatcher: asyncio.Task[None]) -> None:
-        dispatcher.cancel()
+    async def next_record(self) -> RequestRecord:
+        """The next finished record; raises when a task failed or the deadline passed.
+
+        Records that finished before either are handed out first (the queue keeps their order),
+        so the caller keeps every one of them.
+        """
+        deadline_s = self.s.deadline_s
+        if deadline_s is None or not self.done.empty():
+            item = await self.done.get()
+        else:
+            try:
+                item = await asyncio.wait_for(self.done.get(), timeout=max(0.0, deadline_s - self.clock.now_s()))
+            except TimeoutError:
+                unfinished = self.planned - len(self.finished)
+                raise ReplayDeadlineExceeded(
+                    f"replay deadline passed: still running {deadline_s:g} s after the start (schedule, "
+                    f"request timeout {self.s.request_timeout_s:g} s and margin); {len(self.finished)} record(s) "
+                    f"finished, {unfinished} request(s) cancelled or never sent"
+                ) from None
+        if isinstance(item, ReplayFailed):
+            raise item
+        return item
+
+    async def cancel(self) -> None:
         for t in list(self.tasks):
             t.cancel()
-        await asyncio.gather(dispatcher, *self.tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 async def replay(
@@ -195,6 +309,7 @@ async def replay(
     settings: ClientSettings,
     start_epoch_s: float,
     health: HealthProbe | None = None,
+    clock: ReplayClock | None = None,
 ) -> AsyncIterator[RequestRecord]:
     """Send every request at its intended time; yield each record as its response finishes.
 
@@ -202,19 +317,22 @@ async def replay(
     engine stopped accepting connections, sending the rest would only measure a dead socket).
     A request chained to another (``after_index``) is sent ``think_time_s`` after that one ends.
     Pass a ``HealthProbe`` to get this client's event-loop lag and CPU when the replay ends.
+    Raises ``ReplayFailed`` if a task of the replay raised and ``ReplayDeadlineExceeded`` at
+    ``settings.deadline_s``, each after yielding the records finished before it. ``clock``: the
+    replay's clock, by default ``ReplayClock(start_epoch_s)``; tests inject one to pass a deadline.
     """
-    clock = ReplayClock(start_epoch_s)
+    clock = ReplayClock(start_epoch_s) if clock is None else clock
     async with _session(settings) as session:
         timer = PreciseTimer(asyncio.get_running_loop()) if settings.precise_timer else None
         run = _Replay(requests, settings, clock, session, timer)
         if health is not None:
             health.start()
-        dispatcher = asyncio.create_task(run.dispatch())
+        run.start()
         try:
             for _ in range(len(requests)):
-                yield await run.done.get()
+                yield await run.next_record()
         finally:
-            await run.cancel(dispatcher)
+            await run.cancel()
             if timer is not None:
                 timer.close()
             if health is not None:

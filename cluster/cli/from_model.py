@@ -16,6 +16,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel
 
+from experiment.config import ConfigError
+
 SCALARS = (int, float, str, bool, Path)
 
 
@@ -61,16 +63,34 @@ def add_model_options(parser: argparse.ArgumentParser, model: type[BaseModel]) -
     )
 
 
+def _yaml_value(option: str, key: str, text: str) -> Any:
+    """One override's value, read as YAML; malformed YAML is bad input naming the option and the key."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        mark = getattr(e, "problem_mark", None)
+        where = f" (column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"{option} {key}: not valid YAML{where}: {problem}: {text!r}") from None
+
+
 def collect_overrides(ns: argparse.Namespace) -> dict[str, Any]:
+    """Every ``--section.field VALUE`` and ``--set PATH=YAML`` as {dotted path: value}.
+
+    Raises ``ConfigError`` (exit 2, before anything starts) for a value that is not YAML or a ``--set``
+    without a path, naming the key, like a bad field in the file.
+    """
     overrides: dict[str, Any] = {}
     for key, value in vars(ns).items():
         if key.startswith("override:") and value is not None:
-            overrides[key.split(":", 1)[1]] = yaml.safe_load(value)
+            path = key.split(":", 1)[1]
+            overrides[path] = _yaml_value(f"--{path}", path, value)
     for item in ns.override_set:
-        if "=" not in item:
-            raise SystemExit(f"--set expects PATH=YAML, got {item!r}")
-        k, v = item.split("=", 1)
-        overrides[k.strip()] = yaml.safe_load(v)
+        k, sep, v = item.partition("=")
+        path = k.strip()
+        if not sep or not path or any(not part for part in path.split(".")):
+            raise ConfigError(f"--set expects PATH=YAML (a dotted path such as engine.env), got {item!r}")
+        overrides[path] = _yaml_value("--set", path, v)
     return overrides
 
 

@@ -33,10 +33,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
     try:
         cfg, base_dir = load_experiment(ns.experiment, collect_overrides(ns))
         driver = Driver(cfg, base_dir, [Path(sys.argv[0]).name, *sys.argv[1:]])
-        result = driver.run()
+        result = driver.run()  # once anything started, every exception ends as a written result
     except (ConfigError, RunError) as e:
         print(f"moeperf: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # before anything started: nothing to stop, nothing to write
+        print("moeperf: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print_result(result, driver.run_dir)
     if result.status == "interrupted":
         return EXIT_INTERRUPTED

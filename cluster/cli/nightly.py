@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         out = out or driver.run_dir
         if result.status != "ok":
             failed = [f"{a.name}: {a.failure_reason}" for a in result.arms if a.status != "ok"]
+            if result.error:
+                failed.insert(0, f"driver: {result.error}")
             failure = f"run {result.status}: " + ("; ".join(failed) or "no arm completed")
     except (ConfigError, RunError) as e:
         failure = str(e)

@@ -21,6 +21,8 @@ def print_result(result: RunResult, run_dir: Path, out: IO[str] | None = None) -
     print(arm_table(result), file=out)
     for note in result.notes:
         print(f"note: {note}", file=out)
+    if result.error:
+        print(f"run FAILED: {result.error}", file=out)
     for a in result.arms:
         if a.status == "failed":
             print(f"arm {a.name} FAILED: {a.failure_reason}", file=out)

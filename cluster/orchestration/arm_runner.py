@@ -2,7 +2,14 @@
 
 Each step that can fail turns into a failed ArmResult with the reason and the engine's log tail;
 nothing here raises past its callers except KeyboardInterrupt, so one arm's death never takes the
-other arm's results with it. Records are appended to disk the moment they reach the driver.
+other arm's results with it: a dead EngineActor or ClientActor (``RayActorError``) is "engine actor
+died: ..." / "client actor died: ...", any other Ray error or bug is the arm's reason too. Every wait
+on a client actor is bounded by the replay's deadline, so a stuck client fails its arm instead of
+hanging the run. Records are appended to disk the moment they reach the driver.
+
+The same runner also drives the warm-up pass of ``engine.cache_state: shared_warm`` (see the driver):
+under its own ``name`` (``warmup-<setting>``), with its own records file, through the same start and
+replay steps, so warm-up and measured engines cannot differ in how they are started or loaded.
 Test-only behaviour (chaos kills, simulated GPUs) comes in through ``fault_injection.hooks_for``.
 """
 
@@ -12,6 +19,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,7 +39,7 @@ from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
 from result_format.run_result import ArmResult, EngineInfo, ShardResult
-from workloads.client import ClientSettings
+from workloads.client import DEADLINE_MARGIN_S, ClientSettings, ReplayError, replay_deadline_s
 from workloads.health import ClientHealth, client_bound
 from workloads.metrics import summarize
 from workloads.records import RequestRecord
@@ -41,6 +49,11 @@ logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 60.0
 HEALTH_TIMEOUT_S = 30.0
+CLIENT_GRACE_S = 60.0
+"""The driver waits this long past a replay's own deadline before it gives up on the client actor: the
+client cancels itself at the deadline and says so; only a client that cannot (stuck, partitioned) is cut off."""
+JIT_CACHE_DIR = "jit-cache"
+"""The run's shared JIT cache, ``<run_dir>/jit-cache``, with ``engine.cache_state: shared_warm``."""
 
 OnRecords = Callable[[str, int, int], None]
 """(arm, records that arrived, how many of them failed or were never sent): progress reporting."""
@@ -51,8 +64,41 @@ def _reason(err: BaseException) -> tuple[str, str | None]:
     cause = err.cause if isinstance(err, RayTaskError) and err.cause is not None else err
     if isinstance(cause, EngineStartError):
         return str(cause).split("\n--- engine log", 1)[0], cause.log_tail
+    if isinstance(cause, ReplayError):
+        return str(cause), None
     text = str(cause)
     return f"{type(cause).__name__}: {text.splitlines()[0] if text else ''}", None
+
+
+def _actor_died(err: RayActorError) -> str:
+    """The part of a RayActorError worth a reason: for an actor whose constructor raised, that exception
+    (the last line of the traceback Ray quotes); else Ray's first line and, when Ray knows it, why it died."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    if "creation task" in lines[0] and len(lines) > 1:
+        return f"its constructor raised {lines[-1]}"
+    why = next((ln for ln in lines[1:] if ln.startswith("The actor is dead because")), None)
+    return f"{lines[0]} {why}" if why else lines[0]
+
+
+def _failure(who: str, err: BaseException) -> tuple[str, str | None]:
+    """Why an arm failed, from an error raised while talking to its ``who`` ('engine' or 'client') actor."""
+    if isinstance(err, RayActorError):
+        return f"{who} actor died: {_actor_died(err)}", None
+    return _reason(err)
+
+
+def _kill(actor: Any) -> None:
+    """Kill an actor that may be dead already, or whose Ray is gone: stopping must not raise."""
+    try:
+        ray.kill(actor)
+    except Exception as e:
+        logger.debug("could not kill actor %s: %s", actor, e)
+
+
+class _ClientSilent(Exception):
+    """A client actor that gave no record and no end past its replay's deadline (and the grace)."""
 
 
 @dataclasses.dataclass
@@ -61,7 +107,7 @@ class _Round:
 
     index: int
     start_epoch_s: float
-    settings: ClientSettings  # of the arm; each client stamps its own index on a copy
+    settings: ClientSettings  # of the arm; each client stamps its own index and deadline on a copy
     out: TextIO  # the arm's records file, appended to under the runner's lock
     faults: RoundFaults
     received: int = 0  # records of this round that reached the driver, over all clients
@@ -78,18 +124,24 @@ class ArmRunner:
         on_records: OnRecords,
         observe: Callable[[RequestRecord, str], None] | None = None,
         hooks: ArmHooks | None = None,
+        name: str | None = None,
     ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
+        # What this runner's engine, placement group, records and progress are called: the arm's name, or for
+        # a warm-up pass ``warmup-<setting>``, so its records and metrics never mix with a measured arm's.
+        self.name = name if name is not None else arm.name
         self.run_id = run_dir.name
         self.flags = cfg.arm_flags(arm)
         self.requests, self.on_records = requests, on_records
         self.observe = observe  # per finished record, with the Ray node id of the client actor that sent it
-        self.hooks = hooks if hooks is not None else hooks_for(cfg, arm.name)
+        self.hooks = hooks if hooks is not None else hooks_for(cfg, self.name)
         self.records: list[RequestRecord] = []
         self.shards: list[ShardResult] = []
         self.client_health: list[ClientHealth] = []
         self.rounds_done = 0
-        self.records_path = run_dir / "records" / f"{arm.name}.jsonl"
+        self.records_path = run_dir / "records" / f"{self.name}.jsonl"
+        # Every engine of a shared_warm run gets the same cache; cold_per_arm / as_found: the actor decides.
+        self.jit_cache_dir = str(run_dir / JIT_CACHE_DIR) if cfg.engine.cache_state == "shared_warm" else None
         self.pg: Any = None
         self.engine: Any = None
         self.clients: list[Any] = []
@@ -97,6 +149,10 @@ class ArmRunner:
         self.window_metrics: dict[str, float] = {}
         self.metrics_seen = False
         self._all_series: set[str] = set()
+        self._last_samples: dict[str, float] = {}
+        # How long past the schedule's worst case a replay may run, and the driver then waits for a client that
+        # did not end itself (instance attributes, so a test can make a deadline pass in seconds).
+        self.deadline_margin_s, self.client_grace_s = DEADLINE_MARGIN_S, CLIENT_GRACE_S
         self.info: EngineInfo | None = None
         self.failure: tuple[str, str | None] | None = None
         self.lock = threading.Lock()
@@ -121,10 +177,11 @@ class ArmRunner:
     def start(self) -> bool:
         """Reserve and start the engine and its clients; False (with ``failure`` set) if it cannot run."""
         eng = self.cfg.engine
+        who = "engine"
         try:
-            self.pg = reserve(self.arm.name, arm_bundles(eng, self.device), eng.placement_timeout_s)
+            self.pg = reserve(self.name, arm_bundles(eng, self.device), eng.placement_timeout_s)
             gpu_ids = bundle_gpu_ids(self.pg, eng.tensor_parallel_size) if self.device == "cuda" else []
-            logger.debug("arm %s: placement group reserved (GPU ids %s)", self.arm.name, gpu_ids or "none")
+            logger.debug("arm %s: placement group reserved (GPU ids %s)", self.name, gpu_ids or "none")
             self.engine = (
                 ray.remote(EngineActor)
                 .options(
@@ -134,22 +191,27 @@ class ArmRunner:
                 )
                 .remote(
                     self.run_id,
-                    self.arm.name,
+                    self.name,
                     self.flags,
                     self.cfg.model,
                     self._engine_spec(),
                     self.engine_device,
                     gpu_ids,
+                    jit_cache_dir=self.jit_cache_dir,
                 )
             )
             self.info = ray.get(self.engine.start.remote())
             ray.get(self.engine.warmup.remote(self.cfg.client.warmup_requests))
+            who = "client"
             self._start_clients()
             return True
         except (PlacementError, ClientPlacementError) as e:
             self.failure = (str(e), None)
         except (RayError, EngineStartError) as e:
-            self.failure = _reason(e)
+            self.failure = _failure(who, e)
+        except Exception as e:  # a bug here fails this arm, loudly, and the run goes on
+            logger.exception("arm %s: start failed", self.name)
+            self.failure = (f"start failed: {_reason(e)[0]}", None)
         return False
 
     def _start_clients(self) -> None:
@@ -165,7 +227,7 @@ class ArmRunner:
         ]
         self.client_nodes = nodes
         ray.get([cl.ready.remote() for cl in self.clients])
-        logger.debug("arm %s: %d client actor(s) ready on node(s) %s", self.arm.name, len(nodes), nodes)
+        logger.debug("arm %s: %d client actor(s) ready on node(s) %s", self.name, len(nodes), nodes)
 
     def between_rounds(self) -> bool:
         """Fresh prefix cache and a health check, so round N+1 does not profit from round N."""
@@ -173,22 +235,39 @@ class ArmRunner:
             ray.get(self.engine.reset_for_next_round.remote())
             return True
         except RayError as e:
-            self.failure = _reason(e)
+            self.failure = _failure("engine", e)
             return False
 
     # --- one round -----------------------------------------------------------------------------
     def replay(self, round_index: int, start_epoch_s: float) -> None:
-        """Every client actor replays its shard from the common start; records reach disk as they arrive."""
+        """Every client actor replays its shard from the common start; records reach disk as they arrive.
+
+        Never raises (but KeyboardInterrupt): whatever goes wrong becomes this arm's ``failure``.
+        """
+        try:
+            self._replay(round_index, start_epoch_s)
+        except RayError as e:  # every Ray call left out here is the engine's: the clients' are in _consume_shard
+            self.failure = _failure("engine", e)
+        except Exception as e:
+            logger.exception("arm %s: round %d failed", self.name, round_index)
+            self.failure = (f"round {round_index} failed: {_reason(e)[0]}", None)
+
+    def _replay(self, round_index: int, start_epoch_s: float) -> None:
         settings = self._client_settings(round_index)
         self.records_path.parent.mkdir(parents=True, exist_ok=True)
         # Not a `with`: on Ctrl-C the consumer threads keep appending what still arrives until stop().
         out = self.records_path.open("a")
-        before = self._engine_samples()
-        faults = self.hooks.round_faults(round_index, self.engine, self.clients)
-        rnd = _Round(round_index, start_epoch_s, settings, out, faults)
-        n = len(self.clients)
-        logger.debug("arm %s: round %d: %d client(s) start at %.3f", self.arm.name, round_index, n, start_epoch_s)
-        run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
+        try:
+            before = self._engine_samples()
+            faults = self.hooks.round_faults(round_index, self.engine, self.clients)
+            rnd = _Round(round_index, start_epoch_s, settings, out, faults)
+            n = len(self.clients)
+            logger.debug("arm %s: round %d: %d client(s) start at %.3f", self.name, round_index, n, start_epoch_s)
+            run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
+        except BaseException as e:
+            if not isinstance(e, KeyboardInterrupt):
+                out.close()
+            raise
         out.close()
         self.rounds_done += 1
         self._add_window_metrics(before, self._engine_samples())
@@ -202,13 +281,14 @@ class ArmRunner:
         return ClientSettings(
             base_url=self.info.url,
             model=self.cfg.model.served_name,
-            arm=self.arm.name,
+            arm=self.name,
             vocab_lo=lo,
             vocab_hi=hi,
             seed=self.cfg.workload.seed,
             max_in_flight=None if cap is None else max(1, -(-cap // len(self.clients))),
             request_timeout_s=self.cfg.client.request_timeout_s,
             round=round_index,
+            fail_dispatch_after_records=self.hooks.client_fault(round_index),
         )
 
     def _consume_shard(self, rnd: _Round, client: int) -> None:
@@ -226,7 +306,15 @@ class ArmRunner:
         try:
             self._stream_shard(rnd, client, part, result)
         except RayActorError as e:
-            result.status, result.error = "lost", f"client actor died: {str(e).splitlines()[0]}"
+            result.status, result.error = "lost", f"client actor died: {_actor_died(e)}"
+        except _ClientSilent as e:
+            result.status, result.error = "lost", str(e)
+        except RayTaskError as e:
+            # The replay itself raised (ReplayFailed, ReplayDeadlineExceeded: their text is the reason) or the
+            # actor's code did; the records it finished before are on disk already.
+            reason = _reason(e)[0]
+            result.status = "lost"
+            result.error = reason if isinstance(e.cause, ReplayError) else f"client failed: {reason}"
         except Exception as e:  # a bug in the client must fail the arm loudly, not vanish with the thread
             result.status, result.error = "lost", f"client failed: {_reason(e)[0]}"
         health = self._client_health(client) if result.status == "ok" else None
@@ -236,13 +324,26 @@ class ArmRunner:
                 self.client_health.append(health)
 
     def _stream_shard(self, rnd: _Round, client: int, part: list[PlannedRequest], result: ShardResult) -> None:
-        settings = dataclasses.replace(rnd.settings, client=client)
+        deadline_s = replay_deadline_s(part, rnd.settings, self.deadline_margin_s)
+        settings = dataclasses.replace(rnd.settings, client=client, deadline_s=deadline_s)
         batches = (
             self.clients[client]
             .replay.options(num_returns="streaming")
             .remote([r.model_dump() for r in part], settings, rnd.start_epoch_s)
         )
-        for ref in batches:
+        give_up_at = rnd.start_epoch_s + deadline_s + self.client_grace_s  # wall clock: the start is an epoch
+        while True:
+            ready, _ = ray.wait([batches], timeout=max(0.0, give_up_at - time.time()))
+            if not ready:
+                ray.cancel(batches)
+                raise _ClientSilent(
+                    f"replay deadline passed: client actor {client} had not ended {self.client_grace_s:g} s past its "
+                    f"replay deadline ({deadline_s:g} s after the start); cut off"
+                )
+            try:
+                ref = next(batches)
+            except StopIteration:
+                return
             batch = [RequestRecord.model_validate(d) for d in ray.get(ref)]
             received = self._keep(rnd, client, batch, result)
             self._report(client, batch)
@@ -265,7 +366,7 @@ class ArmRunner:
             node = self.client_nodes[client]
             for rec in batch:
                 self.observe(rec, node)
-        self.on_records(self.arm.name, len(batch), sum(1 for rec in batch if not rec.ok))
+        self.on_records(self.name, len(batch), sum(1 for rec in batch if not rec.ok))
 
     def _client_health(self, client: int) -> ClientHealth | None:
         """Event-loop lag and CPU the client measured; None when it cannot say (the verdict then lacks it)."""
@@ -276,7 +377,8 @@ class ArmRunner:
         return ClientHealth.model_validate({**h, "node_id": self.client_nodes[client]}) if h else None
 
     def _engine_samples(self) -> dict[str, float]:
-        return parse_samples(ray.get(self.engine.metrics_text.remote()))
+        self._last_samples = parse_samples(ray.get(self.engine.metrics_text.remote()))
+        return self._last_samples
 
     def _add_window_metrics(self, before: dict[str, float], after: dict[str, float]) -> None:
         """Engine counters over the measured window only: warmup and earlier rounds are subtracted."""
@@ -288,12 +390,18 @@ class ArmRunner:
 
     def _check_round(self, round_index: int) -> None:
         """Fail the arm if a client actor was lost or the engine died while the round ran."""
-        lost = [s for s in self.shards if s.round == round_index and s.status == "lost"]
+        with self.lock:
+            lost = [
+                s for s in sorted(self.shards, key=lambda s: s.client) if s.round == round_index and s.status == "lost"
+            ]
         if lost:
             missing = sum(s.planned - s.received for s in lost)
+            clients = [s.client for s in lost]
+            died = all((s.error or "").startswith("client actor died") for s in lost)
+            what = f"client actor(s) {clients} lost" if died else f"client(s) {clients} did not finish: {lost[0].error}"
             self.failure = (
-                f"round {round_index}: client actor(s) {[s.client for s in lost]} lost; "
-                f"{missing} request(s) of their shards have no record ({lost[0].error})",
+                f"round {round_index}: {what}; {missing} request(s) of their shards have no record"
+                + (f" ({lost[0].error})" if died else ""),
                 None,
             )
         code = ray.get(self.engine.poll.remote())
@@ -310,10 +418,10 @@ class ArmRunner:
                     self.failure = (self.failure[0], tail)
             except (RayError, GetTimeoutError):
                 pass
-            ray.kill(self.engine)
+            _kill(self.engine)
             self.engine = None
         for cl in self.clients:
-            ray.kill(cl)
+            _kill(cl)
         self.clients = []
         release(self.pg)
         self.pg = None
@@ -324,8 +432,20 @@ class ArmRunner:
             return None
         return compiles_in_window(self.window_metrics)
 
+    def compiles_since_start(self) -> int | None:
+        """Triton compiles of the engine from its start to the last scrape (start-up warm-up included)."""
+        if not any(k.startswith(COMPILES) for k in self._last_samples):
+            return None
+        return compiles_in_window(self._last_samples)
+
     # --- result --------------------------------------------------------------------------------
-    def result(self, interrupted: bool = False) -> ArmResult:
+    def fail(self, reason: str, log_tail: str | None = None) -> None:
+        """Mark the arm failed without running it (its warm-up pass failed); keeps an earlier reason."""
+        if self.failure is None:
+            self.failure = (reason, log_tail)
+
+    def result(self, interrupted: bool = False, stopped: str | None = None) -> ArmResult:
+        """The arm's result; ``stopped``: why the run ended early, which fails an arm with rounds still to run."""
         with self.lock:
             records = sorted(self.records, key=lambda r: (r.round, r.index))
             shards = sorted(self.shards, key=lambda s: (s.round, s.client))
@@ -333,6 +453,8 @@ class ArmRunner:
         ok = sum(1 for r in records if r.ok)
         planned = len(self.requests) * max(1, self.cfg.rounds)
         failure = self.failure or (("interrupted", None) if interrupted else None)
+        if failure is None and stopped is not None and self.rounds_done < self.cfg.rounds:
+            failure = (f"run stopped after {self.rounds_done} of {self.cfg.rounds} round(s): {stopped}", None)
         return ArmResult(
             name=self.arm.name,
             control_of=self.arm.control_of,

@@ -1,4 +1,12 @@
-"""The run driver: config in, result file out, with every engine stopped whatever happens."""
+"""The run driver: config in, result file out, with every engine stopped whatever happens.
+
+A run is a plan of *turns* (``plan_turns``): with ``engine.cache_state: shared_warm`` first one
+warm-up turn per distinct arm setting, then the measured turns (interleaved: one arm each, A B B A
+...; parallel: every arm at once, per round). Bad input raises ``RunError`` before anything starts;
+after that, whatever happens (an arm's failure, a bug in the driver, Ctrl-C or SIGTERM), every
+engine is stopped and ``result.json`` is written: 'failed' with ``error`` set when the driver
+itself raised, 'interrupted' on Ctrl-C, and every finished record is in it and on disk.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +19,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import ray
 import yaml
@@ -21,11 +30,13 @@ import yaml
 from cluster.engine.actor import Device
 from cluster.observability.environment import node_environment
 from cluster.orchestration.arm_runner import ArmRunner
+from cluster.orchestration.fault_injection import FaultSpecError, RunHooks, hooks_for, run_hooks_for
 from cluster.orchestration.progress import Progress, make_progress
 from cluster.orchestration.run_metrics import RunMetrics
 from cluster.orchestration.threads import run_in_threads
-from experiment.config import ConfigError, ExperimentConfig
-from result_format.run_result import RunResult, ScheduleInfo
+from experiment.config import ArmSpec, ConfigError, ExperimentConfig
+from moe_opt.flags import OptimizationFlags
+from result_format.run_result import ArmResult, RunResult, ScheduleInfo, WarmupPassInfo
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
 
@@ -41,6 +52,75 @@ class RunError(RuntimeError):
 
 def _utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+@dataclass(frozen=True)
+class ArmSetting:
+    """What an engine runs with beyond the run's shared engine spec: the flags and --enforce-eager.
+
+    Arms with equal settings compile the same kernels (an A/A control always shares its target's),
+    so one warm-up engine per setting fills the shared JIT cache for all of them.
+    """
+
+    name: str  # the first arm, in the file's order, that runs with it
+    flags: OptimizationFlags
+    enforce_eager: bool
+    arms: tuple[str, ...]
+
+
+def arm_settings(cfg: ExperimentConfig) -> list[ArmSetting]:
+    """The distinct settings of the run's arms, in the order their first arm appears."""
+    found: list[tuple[OptimizationFlags, bool, list[str]]] = []
+    for arm in cfg.arms:
+        key = (cfg.arm_flags(arm), cfg.arm_enforce_eager(arm))
+        for flags, eager, names in found:
+            if (flags, eager) == key:
+                names.append(arm.name)
+                break
+        else:
+            found.append((key[0], key[1], [arm.name]))
+    return [ArmSetting(names[0], flags, eager, tuple(names)) for flags, eager, names in found]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of the run: a warm-up engine of one setting, or measured arms (together when parallel)."""
+
+    kind: Literal["warmup", "measured"]
+    round: int
+    names: tuple[str, ...]  # warmup: the setting's name; measured: the arms of this turn
+
+
+def plan_turns(cfg: ExperimentConfig) -> list[Turn]:
+    """Every turn of the run, in the order the driver runs them.
+
+    shared_warm: one warm-up turn per distinct setting, all before the first measured turn, one
+    after another (also when arms run in parallel: each fills the cache alone, and the resources
+    reserved for the arms hold any one engine). cold_per_arm and as_found: no warm-up turn.
+    """
+    turns: list[Turn] = []
+    if cfg.engine.cache_state == "shared_warm":
+        turns += [Turn("warmup", 0, (s.name,)) for s in arm_settings(cfg)]
+    names = tuple(a.name for a in cfg.arms)
+    for round_index in range(cfg.rounds):
+        if cfg.placement == "parallel":
+            turns.append(Turn("measured", round_index, names))
+        else:  # A B B A ...: alternating order cancels linear drift
+            order = names if round_index % 2 == 0 else names[::-1]
+            turns += [Turn("measured", round_index, (n,)) for n in order]
+    return turns
+
+
+@dataclass
+class _Warmup:
+    setting: ArmSetting
+    runner: ArmRunner
+    info: WarmupPassInfo | None = None
 
 
 def plan(cfg: ExperimentConfig, base_dir: Path | None) -> Schedule:
@@ -104,6 +184,9 @@ class Driver:
         self.started_at = _utc_now()
         self.progress: Progress = make_progress(cfg.rounds)
         self.metrics = RunMetrics(cfg, self.run_id)
+        self.turns = plan_turns(cfg)
+        self.runners: list[ArmRunner] = []
+        self.warmups: dict[str, _Warmup] = {}
 
     def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -114,28 +197,53 @@ class Driver:
         return env
 
     def run(self) -> RunResult:
-        """Plan, run every arm, stop every engine whatever happens, and write result.json."""
+        """Plan, run every turn, stop every engine whatever happens, and write result.json.
+
+        Raises only ``RunError`` (bad input, nothing started, no result written) and a KeyboardInterrupt
+        that arrives before the run folder exists; every other exception ends as a written result.
+        """
         schedule = plan(self.cfg, self.base_dir)
-        started_ray = connect_ray(self.cfg)
-        runners: list[ArmRunner] = []
-        env: dict[str, Any] = {}
-        interrupted = False
         try:
+            hooks = run_hooks_for(self.cfg)
+        except FaultSpecError as e:
+            raise RunError(str(e)) from None
+        started_ray = False
+        try:
+            started_ray = connect_ray(self.cfg)
             device = resolve_device(self.cfg)
             check_platform(self.cfg, device)
+        except (RunError, KeyboardInterrupt):
+            if started_ray:
+                ray.shutdown()
+            raise
+        except Exception as e:  # Ray could not start or be reached: nothing ran, but the run says why
+            logger.error("moeperf run %s: %s", self.run_id, _describe(e))
+            return self._finish(schedule, {}, False, _describe(e), started_ray)
+        env: dict[str, Any] = {}
+        interrupted, error = False, None
+        try:
             env = self._write_inputs(schedule)
             self._start_metrics()
-            runners = self._runners(schedule, device)
-            self._run_arms(runners)
+            self.runners = self._runners(schedule, device)
+            self._run_turns(hooks)
         except KeyboardInterrupt:
             interrupted = True
             logger.info("\ninterrupted: stopping engines and releasing placement groups")
+        except Exception as e:  # a bug, or a fault the arms could not absorb: still a result, with the error
+            error = _describe(e)
+            logger.exception("moeperf run %s failed: %s", self.run_id, error)
         finally:
-            for r in runners:
+            for r in [w.runner for w in self.warmups.values()] + self.runners:
                 self._stop(r)
             self.progress.close()
             self._stop_metrics()
-        result = self._result(schedule, runners, env, interrupted)
+        return self._finish(schedule, env, interrupted, error, started_ray)
+
+    def _finish(
+        self, schedule: Schedule, env: dict[str, Any], interrupted: bool, error: str | None, started_ray: bool
+    ) -> RunResult:
+        result = self._result(schedule, env, interrupted, error)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "result.json").write_text(result.model_dump_json(indent=1))
         if started_ray:
             ray.shutdown()
@@ -160,82 +268,150 @@ class Driver:
         for r in runners:
             for note in r.notes:
                 logger.info("note: arm %s: %s", r.arm.name, note)
+        for setting in arm_settings(self.cfg) if any(t.kind == "warmup" for t in self.turns) else []:
+            name = f"warmup-{setting.name}"
+            # The setting's own spec, standing alone: a control arm's target is not in reach of cfg.arm_flags here.
+            arm = ArmSpec(name=setting.name, flags=setting.flags, enforce_eager=setting.enforce_eager)
+            runner = ArmRunner(
+                self.cfg,
+                arm,
+                device,
+                self.run_dir,
+                schedule.requests,
+                self.progress.advance,
+                None,  # unmeasured: not in the live client metrics either
+                hooks=hooks_for(self.cfg, name, warmup=True),
+                name=name,
+            )
+            self.warmups[setting.name] = _Warmup(setting, runner)
         return runners
 
-    def _run_arms(self, runners: list[ArmRunner]) -> None:
-        if self.cfg.placement == "parallel":
-            self._run_parallel(runners)
-        else:
-            self._run_interleaved(runners)
+    def _run_turns(self, hooks: RunHooks) -> None:
+        by_name = {r.arm.name: r for r in self.runners}
+        for done, turn in enumerate(self.turns, 1):
+            if turn.kind == "warmup":
+                self._warm_up(self.warmups[turn.names[0]], by_name)
+            elif self.cfg.placement == "parallel":
+                self._parallel_round([by_name[n] for n in turn.names], turn.round)
+            else:
+                self._interleaved_turn(by_name[turn.names[0]], turn.round)
+            hooks.after_turn(done)
 
     # --- Prometheus (dashboards/README.md) -------------------------------------------------------
     def _start_metrics(self) -> None:
         self.metrics.start()
 
     def _stop_metrics(self) -> None:
-        self.metrics.stop()
+        try:
+            self.metrics.stop()
+        except Exception as e:  # the export must never cost the run its result
+            logger.warning("metrics: could not stop the Prometheus export: %s", e)
 
     # --- arms ------------------------------------------------------------------------------------
     def _stop(self, r: ArmRunner) -> None:
-        r.stop()
-        self.metrics.engine_down(r.arm.name)
+        try:
+            r.stop()
+        except Exception as e:  # stopping one engine must not keep the others running
+            logger.warning("arm %s: stop failed: %s", r.name, _describe(e))
+        self.metrics.engine_down(r.name)
 
     def _start(self, r: ArmRunner, round_index: int) -> bool:
-        logger.info("arm %s: round %d: starting engine (%s)", r.arm.name, round_index, r.flags.describe())
+        logger.info("arm %s: round %d: starting engine (%s)", r.name, round_index, r.flags.describe())
         if not r.start():
-            logger.error("arm %s: FAILED to start: %s", r.arm.name, r.failure[0] if r.failure else "")
+            logger.error("arm %s: FAILED to start: %s", r.name, r.failure[0] if r.failure else "")
             self._stop(r)
             return False
         assert r.info is not None
-        self.metrics.engine_up(r.arm.name, r.info.url, r.info.node_id)
-        logger.info("arm %s: engine healthy at %s after %.1f s", r.arm.name, r.info.url, r.info.startup_s)
+        self.metrics.engine_up(r.name, r.info.url, r.info.node_id)
+        logger.info("arm %s: engine healthy at %s after %.1f s", r.name, r.info.url, r.info.startup_s)
         return True
 
     @contextlib.contextmanager
-    def _round_of(self, arms: list[ArmRunner], round_index: int) -> Iterator[None]:
+    def _round_of(self, arms: list[ArmRunner], round_index: int, measured: bool = True) -> Iterator[None]:
         """Progress and the 'arm active' metric around one round of ``arms`` (all of them at once if parallel)."""
         for position, r in enumerate(arms):
-            self.progress.begin(r.arm.name, round_index, len(r.requests), position)
-        for r in arms:
-            self.metrics.arm_active(r.arm.name, round_index, True)
+            self.progress.begin(r.name, round_index, len(r.requests), position)
+        active = arms if measured else []
+        for r in active:
+            self.metrics.arm_active(r.name, round_index, True)
         try:
             yield
         finally:
-            for r in arms:
-                self.metrics.arm_active(r.arm.name, round_index, False)
+            for r in active:
+                self.metrics.arm_active(r.name, round_index, False)
         for r in arms:  # on Ctrl-C, run() closes what is still open
-            self.progress.end(r.arm.name)
+            self.progress.end(r.name)
 
-    def _run_interleaved(self, runners: list[ArmRunner]) -> None:
-        """A B B A ...: each arm gets the same resources in turn; alternating order cancels linear drift."""
-        for round_index in range(self.cfg.rounds):
-            order = runners if round_index % 2 == 0 else runners[::-1]
-            for r in order:
-                if r.failed or not self._start(r, round_index):
-                    continue
-                with self._round_of([r], round_index):
-                    r.replay(round_index, time.time() + START_DELAY_S)
-                self._stop(r)
+    def _warm_up(self, w: _Warmup, by_name: dict[str, ArmRunner]) -> None:
+        """Fill the shared JIT cache for one setting: start, replay once unmeasured, stop.
 
-    def _run_parallel(self, runners: list[ArmRunner]) -> None:
-        """All arms at once, each on its own resources, from one common start per round."""
-        started = [r for r in runners if self._start(r, 0)]
-        for round_index in range(self.cfg.rounds):
-            live = [r for r in started if not r.failed and (round_index == 0 or r.between_rounds())]
-            with self._round_of(live, round_index):
-                start = time.time() + START_DELAY_S
-                run_in_threads([functools.partial(r.replay, round_index, start) for r in live])
+        If it fails, the arms of this setting fail without running (the reason says so, the engine's log
+        tail is kept): measured cold, they would compare a cold engine with warm ones, which is exactly the
+        unequal warmth shared_warm exists to rule out. The other settings' arms still run.
+        """
+        r, s = w.runner, w.setting
+        logger.info("warm-up pass: setting %s (arms %s): unmeasured replay into %s", s.name, ", ".join(s.arms),
+                    r.jit_cache_dir)  # fmt: skip
+        try:
+            if self._start(r, 0):
+                with self._round_of([r], 0, measured=False):
+                    r.replay(0, time.time() + START_DELAY_S)
+        finally:
+            self._stop(r)
+            w.info = self._warmup_info(w)
+        if r.failure is not None:
+            logger.error("warm-up pass: setting %s FAILED: %s", s.name, r.failure[0])
+            for arm in s.arms:
+                by_name[arm].fail(f"warm-up pass of setting {s.name} failed: {r.failure[0]}", r.failure[1])
 
-    def _result(
-        self, schedule: Schedule, runners: list[ArmRunner], env: dict[str, object], interrupted: bool
-    ) -> RunResult:
-        arms = [r.result(interrupted) for r in runners]
-        notes = [f"arm {r.arm.name}: {n}" for r in runners for n in r.notes]
+    def _warmup_info(self, w: _Warmup) -> WarmupPassInfo:
+        """What the pass of one setting did; one that did not replay to its end (Ctrl-C, an error) failed."""
+        r, s = w.runner, w.setting
+        with r.lock:
+            records = list(r.records)
+        failure = r.failure[0] if r.failure else (None if r.rounds_done else "did not finish")
+        return WarmupPassInfo(
+            setting=s.name,
+            arms=list(s.arms),
+            flags=s.flags,
+            enforce_eager=s.enforce_eager,
+            status="failed" if failure else "ok",
+            failure_reason=failure,
+            startup_s=r.info.startup_s if r.info is not None else None,
+            requests=len(records),
+            requests_succeeded=sum(1 for rec in records if rec.ok),
+            triton_compiles=r.compiles_since_start(),
+            triton_compiles_in_replay=r._compiles(),
+            records_file=str(r.records_path.relative_to(self.run_dir)),
+        )
+
+    def _interleaved_turn(self, r: ArmRunner, round_index: int) -> None:
+        """One arm's turn on the shared resources: a fresh engine, one round, stopped."""
+        if r.failed or not self._start(r, round_index):
+            return
+        with self._round_of([r], round_index):
+            r.replay(round_index, time.time() + START_DELAY_S)
+        self._stop(r)
+
+    def _parallel_round(self, runners: list[ArmRunner], round_index: int) -> None:
+        """All arms at once, each on its own resources, from one common start; engines stay up across rounds."""
+        if round_index == 0:
+            live = [r for r in runners if not r.failed and self._start(r, 0)]
+        else:
+            live = [r for r in runners if r.engine is not None and not r.failed and r.between_rounds()]
+        with self._round_of(live, round_index):
+            start = time.time() + START_DELAY_S
+            run_in_threads([functools.partial(r.replay, round_index, start) for r in live])
+
+    def _result(self, schedule: Schedule, env: dict[str, object], interrupted: bool, error: str | None) -> RunResult:
+        arms = [self._arm_result(r, interrupted, error) for r in self.runners]
+        notes = [f"arm {r.arm.name}: {n}" for r in self.runners for n in r.notes]
         if schedule.clipped_input or schedule.clipped_output:
             notes.append(
                 f"clipped to the engine: {schedule.clipped_input} prompt(s), {schedule.clipped_output} output(s)"
             )
-        status = "interrupted" if interrupted else ("ok" if arms and all(a.status == "ok" for a in arms) else "failed")
+        ok = error is None and arms and all(a.status == "ok" for a in arms)
+        status = "interrupted" if interrupted else ("ok" if ok else "failed")
         return RunResult(
             run_id=self.run_id,
             experiment=self.cfg.name,
@@ -255,7 +431,41 @@ class Driver:
             ),
             arms=arms,
             notes=notes,
+            error=error,
+            warmup_pass=[w.info for w in self.warmups.values() if w.info is not None],
         )
 
+    def _arm_result(self, r: ArmRunner, interrupted: bool, error: str | None) -> ArmResult:
+        """The arm's result; should building it fail, a failed result that says why, so the file is still written."""
+        try:
+            return r.result(interrupted, stopped=error)
+        except Exception as e:
+            logger.exception("arm %s: could not build its result", r.arm.name)
+            return ArmResult(
+                name=r.arm.name,
+                control_of=r.arm.control_of,
+                flags=r.flags,
+                flags_applied=r.flags_applied,
+                status="failed",
+                failure_reason=f"result could not be built: {_describe(e)} (records are in {r.records_path.name})",
+                requests_planned=len(r.requests) * self.cfg.rounds,
+                requests_sent=0,
+                requests_succeeded=0,
+                requests_failed=0,
+                requests_not_sent=len(r.requests) * self.cfg.rounds,
+                records_file=str(r.records_path.relative_to(self.run_dir)),
+            )
 
-__all__ = ["Driver", "RunError", "ConfigError", "plan", "connect_ray", "resolve_device"]
+
+__all__ = [
+    "ArmSetting",
+    "ConfigError",
+    "Driver",
+    "RunError",
+    "Turn",
+    "arm_settings",
+    "connect_ray",
+    "plan",
+    "plan_turns",
+    "resolve_device",
+]

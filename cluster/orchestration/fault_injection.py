@@ -1,26 +1,73 @@
 """The harness's own test machinery, kept out of the production path: chaos kills and simulated GPUs.
 
-The fault tests need an engine SIGKILLed or a client actor killed mid-replay, and the simulated
-cluster test needs a CPU engine inside GPU placement groups. None of that belongs in the code a
-real run reads, so the arm runner asks one seam, ``hooks_for``, once per arm, and otherwise
-calls only the hooks' methods. With ``chaos`` and ``simulate`` left at their defaults (every
-real experiment), the hooks change nothing: the same device, the same engine spec, no notes,
-and a per-round fault object whose one method returns at once.
+The fault tests need an engine SIGKILLed or a client actor killed mid-replay, a client whose
+dispatcher raises, a driver that raises between turns, and the simulated cluster test needs a CPU
+engine inside GPU placement groups. None of that belongs in the code a real run reads, so the arm
+runner asks one seam, ``hooks_for``, once per arm, the driver asks ``run_hooks_for`` once per run,
+and otherwise both call only the hooks' methods. With ``chaos`` and ``simulate`` left at their
+defaults and ``MOEPERF_TEST_FAULTS`` unset (every real experiment), the hooks change nothing: the
+same device, the same engine spec, no notes, and fault objects whose methods return at once.
+
+``MOEPERF_TEST_FAULTS`` (JSON, ``InjectedFaults``) carries the faults the experiment file has no
+field for: ``chaos`` (experiment/config.py) is their natural home, and once it has them this
+module reads them from there instead, with nothing else changing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from pydantic import Field, ValidationError
 
 from cluster.engine.actor import Device
+from common.strict import StrictModel
 from experiment.config import ExperimentConfig, SimulationSpec
 
 logger = logging.getLogger(__name__)
+
+TEST_FAULTS_ENV = "MOEPERF_TEST_FAULTS"
+
+
+class FaultSpecError(ValueError):
+    """``MOEPERF_TEST_FAULTS`` is not a valid ``InjectedFaults``; the message names the key."""
+
+
+class InjectedDriverFault(RuntimeError):
+    """Raised by the driver between turns on purpose (``driver_error_after_turns``): tests only."""
+
+
+class InjectedFaults(StrictModel):
+    """Faults for the harness's own tests that the experiment file has no field for (yet), as JSON in
+    ``MOEPERF_TEST_FAULTS``: they reach a driver started in a subprocess, as the CLI tests start it."""
+
+    fail_dispatch_after_records: dict[str, int] = Field(
+        default_factory=dict,
+        description="arm name -> that arm's client dispatcher raises once this many of a shard's records are "
+        "finished (first round only), as a bug in the client would.",
+    )
+    driver_error_after_turns: int | None = Field(
+        None, ge=1, description="The driver raises after this many turns (warm-up and measured) have run."
+    )
+
+
+def injected_faults(environ: Mapping[str, str] | None = None) -> InjectedFaults:
+    """The faults ``MOEPERF_TEST_FAULTS`` asks for; none when it is unset or empty."""
+    raw = (os.environ if environ is None else environ).get(TEST_FAULTS_ENV, "")
+    if not raw.strip():
+        return InjectedFaults()
+    try:
+        return InjectedFaults.model_validate_json(raw)
+    except ValidationError as e:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise FaultSpecError(f"{TEST_FAULTS_ENV}: {where}") from None
 
 
 class RoundFaults:
@@ -72,6 +119,7 @@ class ArmHooks:
 
     kill_engine_after_records: int | None = None
     kill_client_after_records: int | None = None
+    fail_dispatch_after_records: int | None = None  # ClientSettings.fail_dispatch_after_records, first round
     simulate: SimulationSpec = field(default_factory=SimulationSpec)
     engine_tensor_parallel_size: int = 1  # what the experiment places (the simulated GPUs' TP)
 
@@ -101,12 +149,44 @@ class ArmHooks:
             return NO_FAULTS
         return RoundFaults(engine, clients, self.kill_engine_after_records, self.kill_client_after_records)
 
+    def client_fault(self, round_index: int) -> int | None:
+        """The dispatcher fault of this round's clients: like chaos, in the first round only."""
+        return self.fail_dispatch_after_records if round_index == 0 else None
 
-def hooks_for(cfg: ExperimentConfig, arm_name: str) -> ArmHooks:
-    """The seam: the one place the experiment's ``chaos`` and ``simulate`` sections are read."""
+
+def hooks_for(cfg: ExperimentConfig, arm_name: str, warmup: bool = False) -> ArmHooks:
+    """The seam: the one place the experiment's ``chaos`` and ``simulate`` sections are read.
+
+    ``warmup``: hooks of a warm-up engine, which no chaos strikes (the faults name measured arms);
+    it is placed and started like the arms, simulated GPUs included.
+    """
+    faults = InjectedFaults() if warmup else injected_faults()
+    chaos = cfg.chaos
     return ArmHooks(
-        kill_engine_after_records=cfg.chaos.kill_engine_after_records.get(arm_name),
-        kill_client_after_records=cfg.chaos.kill_client_after_records.get(arm_name),
+        kill_engine_after_records=None if warmup else chaos.kill_engine_after_records.get(arm_name),
+        kill_client_after_records=None if warmup else chaos.kill_client_after_records.get(arm_name),
+        fail_dispatch_after_records=faults.fail_dispatch_after_records.get(arm_name),
         simulate=cfg.simulate,
         engine_tensor_parallel_size=cfg.engine.tensor_parallel_size,
     )
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """Everything test-only that may make the driver itself behave differently from a real run."""
+
+    driver_error_after_turns: int | None = None
+
+    def after_turn(self, turns_done: int) -> None:
+        """Called by the driver after each turn; raises the injected fault once ``turns_done`` reaches it."""
+        if self.driver_error_after_turns is not None and turns_done == self.driver_error_after_turns:
+            raise InjectedDriverFault(f"injected driver fault after {turns_done} turn(s)")
+
+
+def run_hooks_for(cfg: ExperimentConfig) -> RunHooks:
+    """The driver's seam; raises ``FaultSpecError`` for a malformed ``MOEPERF_TEST_FAULTS``."""
+    faults = injected_faults()
+    unknown = sorted(set(faults.fail_dispatch_after_records) - {a.name for a in cfg.arms})
+    if unknown:
+        raise FaultSpecError(f"{TEST_FAULTS_ENV}: fail_dispatch_after_records: unknown arm(s) {unknown}")
+    return RunHooks(driver_error_after_turns=faults.driver_error_after_turns)

@@ -83,11 +83,78 @@ def test_arm_that_cannot_be_placed_fails_fast_with_what_is_missing(tmp_path):
 
 
 def test_engine_that_cannot_start_fails_its_arm_with_the_engines_own_error(tmp_path):
-    """The EngineActor's start error crosses Ray intact: the reason says why, the log tail is kept."""
-    exp = small_experiment(tmp_path, engine={"extra_args": ["--no-such-vllm-flag"]}, arms=[{"name": "broken"}])
+    """The EngineActor's start error crosses Ray intact: the reason says why, the log tail is kept.
+
+    With shared_warm the first engine to start is the setting's warm-up engine: its failure fails the
+    arms of that setting without starting them, with the engine's own error and log tail.
+    """
+    exp = small_experiment(
+        tmp_path,
+        engine={"extra_args": ["--no-such-vllm-flag"], "cache_state": "shared_warm"},
+        arms=[{"name": "broken"}, {"name": "broken-aa", "control_of": "broken"}],
+    )
     r = moeperf_run(str(exp), timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
-    arm = load_result(run_dir_of(tmp_path))["arms"][0]
-    assert arm["status"] == "failed"
-    assert arm["failure_reason"].startswith("vLLM server exited with code"), arm["failure_reason"]
-    assert "--no-such-vllm-flag" in (arm["engine_log_tail"] or "")
+    res = load_result(run_dir_of(tmp_path))
+    (warm,) = res["warmup_pass"]
+    assert warm["setting"] == "broken" and warm["arms"] == ["broken", "broken-aa"] and warm["status"] == "failed"
+    assert warm["failure_reason"].startswith("vLLM server exited with code"), warm["failure_reason"]
+    for arm in res["arms"]:
+        assert arm["status"] == "failed" and arm["engine"] is None  # never started
+        assert arm["failure_reason"].startswith("warm-up pass of setting broken failed: vLLM server exited with code")
+        assert "--no-such-vllm-flag" in (arm["engine_log_tail"] or "")
+    assert r.stdout.count("starting engine") == 1  # the warm-up engine only
+
+
+def test_a_client_whose_dispatcher_raises_fails_its_arm_and_keeps_its_records(tmp_path, monkeypatch):
+    """A bug in the client's send loop must end the replay and fail the arm with the reason, not hang the run."""
+    exp = small_experiment(tmp_path, arms=[{"name": "only"}])
+    monkeypatch.setenv("MOEPERF_TEST_FAULTS", json.dumps({"fail_dispatch_after_records": {"only": 2}}))
+    r = moeperf_run(str(exp), timeout=400)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path)
+    res = load_result(run_dir)
+    (arm,) = res["arms"]
+    assert arm["status"] == "failed" and res["error"] is None
+    assert "replay failed in the dispatcher: InjectedDispatchFault" in arm["failure_reason"], arm["failure_reason"]
+    assert arm["requests_succeeded"] == 2 and arm["requests_not_sent"] == 4
+    on_disk = [json.loads(line) for line in (run_dir / arm["records_file"]).read_text().splitlines()]
+    assert sorted(rec["index"] for rec in on_disk) == sorted(rec["index"] for rec in arm["records"])
+    assert "only FAILED: round 0: client(s) [0] did not finish: replay failed in the dispatcher" in r.stdout
+
+
+def test_a_driver_error_after_the_warm_up_and_first_arm_still_writes_the_result(tmp_path, monkeypatch):
+    """shared_warm with an A/A pair: one warm-up engine (the pair's one setting) runs before either arm, into
+    the run's shared JIT cache; then the driver raises after its second turn (the first arm). The result is
+    written anyway: failed, with the error, the warm-up, the first arm's records, and the second arm failed."""
+    exp = small_experiment(
+        tmp_path,
+        engine={"cache_state": "shared_warm", "enforce_eager": True},
+        arms=[{"name": "a"}, {"name": "a-aa", "control_of": "a"}],
+    )
+    monkeypatch.setenv("MOEPERF_TEST_FAULTS", json.dumps({"driver_error_after_turns": 2}))  # the CLI inherits it
+    r = moeperf_run(str(exp), timeout=500)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-6000:]
+    run_dir = run_dir_of(tmp_path)
+    res = load_result(run_dir)
+    assert res["status"] == "failed"
+    assert res["error"] == "InjectedDriverFault: injected driver fault after 2 turn(s)"
+    assert "run FAILED: InjectedDriverFault" in r.stdout
+    (warm,) = res["warmup_pass"]
+    assert warm["setting"] == "a" and warm["arms"] == ["a", "a-aa"] and warm["status"] == "ok", warm
+    assert warm["requests"] == warm["requests_succeeded"] == 6 and warm["startup_s"] > 0
+    warm_lines = (run_dir / warm["records_file"]).read_text().splitlines()
+    assert warm["records_file"] == "records/warmup-a.jsonl" and len(warm_lines) == 6
+    assert {json.loads(line)["arm"] for line in warm_lines} == {"warmup-a"}  # never mixed into an arm
+    assert out.index("warm-up pass: setting a") < out.index("arm a: round 0: starting engine")
+    first, second = res["arms"]
+    assert first["status"] == "ok" and first["requests_succeeded"] == 6 and len(first["records"]) == 6
+    assert len((run_dir / first["records_file"]).read_text().splitlines()) == 6
+    assert {rec["arm"] for rec in first["records"]} == {"a"}  # the warm-up's records are not the arm's
+    cache = run_dir / "jit-cache"
+    assert first["engine"]["env"]["VLLM_CACHE_ROOT"].startswith(str(cache)) and cache.is_dir()
+    assert second["status"] == "failed" and second["engine"] is None
+    assert second["failure_reason"] == (
+        "run stopped after 0 of 1 round(s): InjectedDriverFault: injected driver fault after 2 turn(s)"
+    )

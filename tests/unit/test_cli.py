@@ -104,3 +104,37 @@ def test_validate_quiet_still_prints_its_verdict_and_errors(tmp_path):
     assert r.returncode == 2
     assert "experiments/quick-cpu.yaml: ok" in r.stdout
     assert "engine.gpus" in r.stderr
+
+
+def test_malformed_yaml_in_set_exits_2_naming_the_key():
+    r = moeperf("run", "--set", "workload.trace={kind: azure, max_requests: [}")
+    assert r.returncode == 2, r.stderr
+    assert "workload.trace" in r.stderr and "not valid YAML" in r.stderr
+    assert "Traceback" not in r.stderr and "moeperf run" not in r.stdout  # one clear message, nothing started
+
+
+def test_malformed_yaml_in_a_field_option_exits_2_naming_the_field():
+    r = moeperf("plan", "--engine.tensor_parallel_size", "[1")
+    assert r.returncode == 2, r.stderr
+    assert "--engine.tensor_parallel_size" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("item", ["workload.speedup", "=3", "engine..env={}"])
+def test_set_without_a_path_exits_2(item):
+    r = moeperf("run", "--set", item)
+    assert r.returncode == 2, r.stderr
+    assert "--set expects PATH=YAML" in r.stderr and repr(item) in r.stderr
+
+
+def test_a_malformed_test_fault_spec_exits_2_naming_the_key(tmp_path):
+    env = {**__import__("os").environ, "MOEPERF_TEST_FAULTS": '{"driver_error_after_turn": 1}'}
+    r = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "run", "--output_dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "MOEPERF_TEST_FAULTS: driver_error_after_turn" in r.stderr
+    assert not list(tmp_path.iterdir())  # refused before the run folder was made

@@ -1,0 +1,98 @@
+"""The driver's plan of turns: the warm-up pass of shared_warm runs once per distinct setting, before any arm."""
+
+import pytest
+
+from cluster.orchestration.driver import Driver, Turn, arm_settings, plan, plan_turns
+from experiment.config import parse_experiment
+
+ARMS = [
+    {"name": "baseline"},
+    {"name": "triton", "flags": {"moe_backend": "triton"}},
+    {"name": "baseline-aa", "control_of": "baseline"},  # an A/A control shares its target's setting
+    {"name": "triton-eager", "flags": {"moe_backend": "triton"}, "enforce_eager": True},  # eager: its own
+]
+
+
+def cfg(cache_state="shared_warm", placement="interleaved", rounds=2, arms=ARMS):
+    return parse_experiment(
+        {"engine": {"cache_state": cache_state}, "placement": placement, "rounds": rounds, "arms": arms}
+    )
+
+
+def test_settings_are_the_distinct_flags_and_eagerness_named_by_their_first_arm():
+    settings = arm_settings(cfg())
+    assert [(s.name, s.arms) for s in settings] == [
+        ("baseline", ("baseline", "baseline-aa")),
+        ("triton", ("triton",)),
+        ("triton-eager", ("triton-eager",)),
+    ]
+    assert [s.enforce_eager for s in settings] == [False, False, True]
+
+
+def test_two_arms_with_equal_flags_share_one_setting():
+    same = [{"name": "a", "flags": {"swap_ab": True}}, {"name": "b", "flags": {"swap_ab": True}}]
+    (setting,) = arm_settings(cfg(arms=same))
+    assert setting.arms == ("a", "b")
+
+
+def test_shared_warm_warms_each_setting_once_before_any_measured_arm_interleaved():
+    turns = plan_turns(cfg())
+    warm = [t for t in turns if t.kind == "warmup"]
+    assert warm == [
+        Turn("warmup", 0, ("baseline",)),
+        Turn("warmup", 0, ("triton",)),
+        Turn("warmup", 0, ("triton-eager",)),
+    ]
+    first_measured = next(i for i, t in enumerate(turns) if t.kind == "measured")
+    assert turns[:first_measured] == warm  # all of them first, and nothing else before
+    names = ("baseline", "triton", "baseline-aa", "triton-eager")
+    assert turns[first_measured:] == [Turn("measured", 0, (n,)) for n in names] + [
+        Turn("measured", 1, (n,)) for n in reversed(names)
+    ]
+
+
+def test_shared_warm_warms_before_the_parallel_rounds_too():
+    turns = plan_turns(cfg(placement="parallel"))
+    assert [t.kind for t in turns] == ["warmup"] * 3 + ["measured"] * 2
+    assert turns[3] == Turn("measured", 0, ("baseline", "triton", "baseline-aa", "triton-eager"))
+
+
+@pytest.mark.parametrize("cache_state", ["cold_per_arm", "as_found"])
+def test_cold_per_arm_and_as_found_run_no_warm_up(cache_state):
+    turns = plan_turns(cfg(cache_state=cache_state))
+    assert turns and all(t.kind == "measured" for t in turns)
+    assert len(turns) == 2 * len(ARMS)
+
+
+def driver_of(tmp_path, **kw):
+    c = parse_experiment({**kw, "output_dir": str(tmp_path), "metrics": {"enabled": False}})
+    d = Driver(c, None, ["moeperf", "run"])
+    d.runners = d._runners(plan(c, None), "cpu")
+    return d
+
+
+def test_every_engine_of_a_shared_warm_run_gets_the_runs_one_cache_and_each_setting_a_warm_up_runner(tmp_path):
+    d = driver_of(
+        tmp_path,
+        engine={"cache_state": "shared_warm"},
+        arms=ARMS,
+        chaos={"kill_engine_after_records": {"baseline": 1}},
+    )
+    assert d.turns == plan_turns(d.cfg)  # the plan it runs
+    warm = {name: w.runner for name, w in d.warmups.items()}
+    assert list(warm) == ["baseline", "triton", "triton-eager"]
+    shared = str(d.run_dir / "jit-cache")
+    assert {r.jit_cache_dir for r in [*d.runners, *warm.values()]} == {shared}
+    w = warm["baseline"]
+    assert w.name == "warmup-baseline" and w.records_path == d.run_dir / "records" / "warmup-baseline.jsonl"
+    assert w.flags == d.cfg.arm_flags(d.cfg.arms[0]) and w.arm.enforce_eager is False
+    assert warm["triton-eager"].arm.enforce_eager is True and warm["triton-eager"].flags.moe_backend == "triton"
+    assert w.hooks.kill_engine_after_records is None  # chaos strikes measured arms only
+    assert d.runners[0].hooks.kill_engine_after_records == 1
+    assert w.observe is None  # unmeasured: never in the live client metrics
+
+
+def test_cold_per_arm_gets_no_warm_up_runner_and_no_shared_cache(tmp_path):
+    d = driver_of(tmp_path, engine={"cache_state": "cold_per_arm"}, arms=ARMS)
+    assert d.warmups == {}
+    assert all(r.jit_cache_dir is None for r in d.runners)
