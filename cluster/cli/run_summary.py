@@ -30,4 +30,19 @@ def print_result(result: RunResult, run_dir: Path, out: IO[str] | None = None) -
                 print("  engine log (last lines):", file=out)
                 for line in a.engine_log_tail.strip().splitlines()[-LOG_TAIL_LINES:]:
                     print(f"    {line}", file=out)
+    lines = _verdict_lines(result)
+    if lines:
+        print(file=out)
+        for line in lines:
+            print(line, file=out)
     print(f"\nresult: {run_dir / 'result.json'}  (status: {result.status})", file=out)
+
+
+def _verdict_lines(result: RunResult) -> list[str]:
+    """One line per comparison (verdicts and the A/A noise floor), as ``moeperf report`` would judge it."""
+    from analysis.summary import summary_lines
+
+    try:
+        return summary_lines(result)
+    except Exception as e:  # noqa: BLE001 - the run and its result file stand; the report can be re-rendered
+        return [f"(no verdict summary: {type(e).__name__}: {e}; run `moeperf report` on the run folder)"]

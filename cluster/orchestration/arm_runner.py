@@ -30,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from cluster.engine.actor import Device, EngineActor
 from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, window_delta
+from cluster.engine.observed import flag_mismatch, flags_applied
 from cluster.engine.server import EngineStartError
 from cluster.orchestration.client_actor import ClientActor
 from cluster.orchestration.fault_injection import ArmHooks, RoundFaults, hooks_for
@@ -38,7 +39,7 @@ from cluster.placement.clients import ClientPlacementError, client_nodes
 from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
-from result_format.run_result import ArmResult, EngineInfo, ShardResult
+from result_format.run_result import ArmResult, EngineInfo, ObservedEngine, ShardResult
 from workloads.client import DEADLINE_MARGIN_S, ClientSettings, ReplayError, replay_deadline_s
 from workloads.health import ClientHealth, client_bound
 from workloads.metrics import summarize
@@ -157,7 +158,8 @@ class ArmRunner:
         self.failure: tuple[str, str | None] | None = None
         self.lock = threading.Lock()
         self.engine_device: Device = self.hooks.engine_device(device)
-        self.flags_applied = self.engine_device == "cuda"
+        self.flags_applied = False  # until the engine's workers report they applied them (_flags_as_requested)
+        self.observed: ObservedEngine | None = None
         self.notes: list[str] = self.hooks.notes()
         if self.engine_device == "cpu" and (note := cpu_effect_note(self.flags)):
             self.notes.append(note)
@@ -201,6 +203,8 @@ class ArmRunner:
                 )
             )
             self.info = ray.get(self.engine.start.remote())
+            if not self._flags_as_requested():
+                return False
             ray.get(self.engine.warmup.remote(self.cfg.client.warmup_requests))
             who = "client"
             self._start_clients()
@@ -213,6 +217,20 @@ class ArmRunner:
             logger.exception("arm %s: start failed", self.name)
             self.failure = (f"start failed: {_reason(e)[0]}", None)
         return False
+
+    def _flags_as_requested(self) -> bool:
+        """What the engine's workers report they ran must be what the arm asked for: an arm whose plugin did
+        not load, or applied other flags, would otherwise be measured as if its optimizations were on."""
+        self.observed = ray.get(self.engine.observe.remote())
+        why = flag_mismatch(self.flags, self.observed, self.engine_device)
+        if why is not None:
+            self.failure = (
+                f"observed flags differ from the requested ones: {why}",
+                ray.get(self.engine.log_tail.remote()),
+            )
+            return False
+        self.flags_applied = flags_applied(self.flags, self.observed, self.engine_device)
+        return True
 
     def _start_clients(self) -> None:
         """Started (and their imports paid for) now, so they are ready before the common start."""
@@ -271,6 +289,9 @@ class ArmRunner:
         out.close()
         self.rounds_done += 1
         self._add_window_metrics(before, self._engine_samples())
+        latest = ray.get(self.engine.observe.remote())  # launch counts and config sources so far
+        if latest.ranks:  # an engine that died mid-round keeps what it reported while it lived
+            self.observed = latest
         self._check_round(round_index)
 
     def _client_settings(self, round_index: int) -> ClientSettings:
@@ -470,7 +491,7 @@ class ArmRunner:
             requests_succeeded=ok,
             requests_failed=sent - ok,
             requests_not_sent=planned - sent,
-            summary=summarize(records) if records else None,
+            summary=summarize(records, self.cfg.slo) if records else None,
             rounds=self.rounds_done,
             shards=shards,
             client_health=list(self.client_health),
@@ -479,4 +500,5 @@ class ArmRunner:
             triton_compiles_in_window=self._compiles(),
             records_file=str(self.records_path.relative_to(self.run_dir)),
             records=records,
+            observed=self.observed,
         )
