@@ -7,6 +7,7 @@ what the verdicts rest on: the A/A noise floor, or why the design gives none.
 
 from __future__ import annotations
 
+from analysis import fmt
 from analysis.verdicts import AnalysisSettings, ArmComparison, MetricVerdict, RunAnalysis, analyse_run
 from result_format.run_result import RunResult
 
@@ -48,14 +49,10 @@ def _ab_line(c: ArmComparison) -> str:
     return f"{c.b_arm} vs {c.a_arm}: {cells} [{'; '.join(tail)}]"
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
 def _aa_line(c: ArmComparison) -> str:
-    cells = ", ".join(f"{label} {_pct(c.metric(key).aa_noise_rel)}" for key, label in SUMMARY_METRICS)
+    cells = ", ".join(f"{label} {fmt.pct(c.metric(key).aa_noise_rel)}" for key, label in SUMMARY_METRICS)
     mdes = [m.mde_rel for m in (c.metric(k) for k, _ in SUMMARY_METRICS) if m.mde_rel is not None]
-    floor = f"; min detectable effect {_pct(min(mdes))}-{_pct(max(mdes))}" if mdes else ""
+    floor = f"; min detectable effect {fmt.pct(min(mdes))}-{fmt.pct(max(mdes))}" if mdes else ""
     warm = f"; CONFOUNDED BY COMPILATION ({c.compiles_a} vs {c.compiles_b})" if c.confounded_by_compilation else ""
     return f"A/A noise floor {c.b_arm} vs {c.a_arm}: |A'/A - 1| {cells} [{c.engine_pairs} engine pair(s){floor}{warm}]"
 

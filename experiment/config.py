@@ -217,7 +217,7 @@ def _default_arms() -> list[ArmSpec]:
 def _default_workload() -> WorkloadSpec:
     return WorkloadSpec(
         trace=AzureTraceSpec(max_requests=200),
-        speedup=3.0,
+        speedup=4.0,
         input_scale=1 / 16,
         output_scale=1 / 8,
         max_input_tokens=512,
