@@ -30,7 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from cluster.engine.actor import Device, EngineActor
 from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, window_delta
-from cluster.engine.observed import flag_mismatch, flags_applied
+from cluster.engine.observed import flag_mismatch, flags_applied, observe_engine
 from cluster.engine.server import EngineStartError
 from cluster.orchestration.client_actor import ClientActor
 from cluster.orchestration.fault_injection import ArmHooks, RoundFaults, hooks_for
@@ -289,9 +289,6 @@ class ArmRunner:
         out.close()
         self.rounds_done += 1
         self._add_window_metrics(before, self._engine_samples())
-        latest = ray.get(self.engine.observe.remote())  # launch counts and config sources so far
-        if latest.ranks:  # an engine that died mid-round keeps what it reported while it lived
-            self.observed = latest
         self._check_round(round_index)
 
     def _client_settings(self, round_index: int) -> ClientSettings:
@@ -398,7 +395,12 @@ class ArmRunner:
         return ClientHealth.model_validate({**h, "node_id": self.client_nodes[client]}) if h else None
 
     def _engine_samples(self) -> dict[str, float]:
-        self._last_samples = parse_samples(ray.get(self.engine.metrics_text.remote()))
+        """One scrape serves the window's counters and the observation (launch counts, config sources so far)."""
+        text = ray.get(self.engine.metrics_text.remote())
+        self._last_samples = parse_samples(text)
+        latest = observe_engine(text, self.info.moe_backends if self.info else [])
+        if latest.ranks:  # an engine that died mid-round keeps what it reported while it lived
+            self.observed = latest
         return self._last_samples
 
     def _add_window_metrics(self, before: dict[str, float], after: dict[str, float]) -> None:
