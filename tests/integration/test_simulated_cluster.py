@@ -16,6 +16,7 @@ from ray.util import placement_group_table
 
 from cluster.orchestration.driver import Driver
 from experiment.config import parse_experiment
+from result_format.run_result import RunResult
 from tests.integration.conftest import served_name_for
 from tests.integration.fake_openai import loopback_port
 
@@ -120,34 +121,18 @@ def test_parallel_arms_get_their_own_node_and_gpus_third_arm_fails_clients_sprea
     assert live_placement_groups() == []
 
 
-def test_interleaved_rounds_abba_on_one_node_and_no_placement_group_left(sim_cluster, tmp_path):
+def test_a_submitted_job_runs_interleaved_rounds_abba_and_leaves_no_placement_group(sim_cluster, tmp_path):
+    """Submitted as a user submits it (JobSubmissionClient, working_dir the repo), two arms over two rounds
+    run A B B A on their GPU node, and every placement group is gone once the job has ended."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    _, _, dashboard = sim_cluster
     exp = experiment(
         tmp_path,
         rounds=2,
         arms=[{"name": "a"}, {"name": "b"}],
         workload={
             "trace": {"kind": "synthetic", "num_requests": 4, "input_tokens": 8, "output_tokens": 4, "rate_rps": 8}
-        },
-    )
-    res = run(tmp_path, exp)
-    a, b = res.arms
-    assert a.status == b.status == "ok"
-    assert a.rounds == b.rounds == 2
-    assert sorted({(r.round, r.index) for r in a.records}) == [(rd, i) for rd in (0, 1) for i in range(4)]
-    start = {(arm.name, s.round): s.start_epoch_s for arm in (a, b) for s in arm.shards}
-    assert start[("a", 0)] < start[("b", 0)] < start[("b", 1)] < start[("a", 1)]  # A B B A
-    assert live_placement_groups() == []
-
-
-def test_job_submitted_with_job_submission_client_completes(sim_cluster, tmp_path):
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    _, _, dashboard = sim_cluster
-    exp = experiment(
-        tmp_path,
-        arms=[{"name": "solo"}],
-        workload={
-            "trace": {"kind": "synthetic", "num_requests": 3, "input_tokens": 8, "output_tokens": 4, "rate_rps": 8}
         },
     )
     exp_path = tmp_path / "exp.yaml"
@@ -158,7 +143,7 @@ def test_job_submitted_with_job_submission_client_completes(sim_cluster, tmp_pat
         entrypoint=f"python -m cluster.run {exp_path}",
         runtime_env={"working_dir": str(repo), "env_vars": {"TRITON_INTERPRET": "0"}},
     )
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 900
     status = client.get_job_status(job)
     while status not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED} and time.monotonic() < deadline:
         time.sleep(1)  # polling the job API is the only way to follow a submitted job
@@ -166,8 +151,15 @@ def test_job_submitted_with_job_submission_client_completes(sim_cluster, tmp_pat
     logs = client.get_job_logs(job)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
     (run_dir,) = list((tmp_path / "runs").iterdir())
-    res = json.loads((run_dir / "result.json").read_text())
-    assert res["arms"][0]["status"] == "ok" and res["arms"][0]["engine"]["gpu_ids"]
+    res = RunResult.model_validate_json((run_dir / "result.json").read_text())
+    a, b = res.arms
+    assert a.status == b.status == "ok"
+    assert a.rounds == b.rounds == 2
+    assert a.engine is not None and a.engine.gpu_ids
+    assert sorted({(r.round, r.index) for r in a.records}) == [(rd, i) for rd in (0, 1) for i in range(4)]
+    start = {(arm.name, s.round): s.start_epoch_s for arm in (a, b) for s in arm.shards}
+    assert start[("a", 0)] < start[("b", 0)] < start[("b", 1)] < start[("a", 1)]  # A B B A
+    assert live_placement_groups() == []
 
 
 def test_plan_places_two_tp8_arms_and_refuses_the_third(sim_cluster, tmp_path):
