@@ -17,6 +17,8 @@ from common.strict import FrozenStrictModel
 from experiment.slo import SloSpec
 from modelgen.tiny_moe import TinyMoeSpec
 from moe_opt.flags import OptimizationFlags
+from workloads.levels import ConcurrencyLevel
+from workloads.sweep import SweepSpec
 from workloads.traces.azure import AzureTraceSpec
 from workloads.workload import WorkloadSpec
 
@@ -79,6 +81,12 @@ class EngineSpec(FrozenStrictModel):
         "compiles. 'as_found': whatever the node's caches hold (arms may start in different states; the report "
         "marks comparisons where one side compiled and the other did not). Old files' fresh_triton_cache: true "
         "reads as cold_per_arm, false as as_found.",
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM --max-num-seqs, the most requests a step batches; null: vLLM's default (see "
+        "vllm_default_max_num_seqs). A sweep level's concurrency may not exceed it.",
     )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
@@ -249,6 +257,11 @@ class ExperimentConfig(FrozenStrictModel):
         description="Rounds. interleaved: arms run A B B A ... on the same resources, a fresh engine each turn; "
         "parallel: engines stay up and the prefix cache is reset and health checked between rounds.",
     )
+    sweep: SweepSpec | None = Field(
+        None,
+        description="Load levels every arm runs on one engine per round (a throughput-latency curve per arm); "
+        "null: one replay of the workload per round.",
+    )
     slo: SloSpec = Field(
         default_factory=SloSpec,
         description="Service-level objectives: a request counts towards goodput when it succeeded and meets each "
@@ -270,6 +283,7 @@ class ExperimentConfig(FrozenStrictModel):
             unknown = sorted(set(getattr(self.chaos, field)) - set(names))
             if unknown:
                 raise ValueError(f"chaos.{field}: unknown arm(s) {unknown}")
+        self._check_sweep_concurrency()
         by_name = {a.name: a for a in self.arms}
         for i, arm in enumerate(self.arms):
             if arm.control_of is None:
@@ -283,6 +297,21 @@ class ExperimentConfig(FrozenStrictModel):
                 raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")
         return self
 
+    def _check_sweep_concurrency(self) -> None:
+        """A closed loop above the engine's batch limit queues inside vLLM: the level would measure the queue,
+        not the concurrency it names. Checked against the limit the engine will run with (its default on
+        ``engine.device: auto`` is the smallest of vLLM's, 128 per CPU rank, unless given)."""
+        if self.sweep is None:
+            return
+        limit = self.engine.max_num_seqs or vllm_default_max_num_seqs(self.engine)
+        for i, level in enumerate(self.sweep.levels):
+            if isinstance(level, ConcurrencyLevel) and level.concurrency > limit:
+                given = "engine.max_num_seqs" if self.engine.max_num_seqs else "vLLM's default max_num_seqs"
+                raise ValueError(
+                    f"sweep.levels.{i}.concurrency: {level.concurrency} is above {given} ({limit}): requests "
+                    "beyond it wait in the engine's queue; lower the level or raise engine.max_num_seqs"
+                )
+
     def _runs_like(self, arm: ArmSpec) -> ArmSpec:
         """The arm whose settings this one runs with: itself, or for an A/A control the arm it duplicates."""
         return arm if arm.control_of is None else next(a for a in self.arms if a.name == arm.control_of)
@@ -295,6 +324,16 @@ class ExperimentConfig(FrozenStrictModel):
         """Whether an arm's engine skips vLLM's warm-up: its own setting, its control target's, or the engine's."""
         eager = self._runs_like(arm).enforce_eager
         return self.engine.enforce_eager if eager is None else eager
+
+
+def vllm_default_max_num_seqs(engine: EngineSpec) -> int:
+    """vLLM 0.26-0.32's API-server default (``EngineArgs.get_default_values``): 128 per rank on its CPU build,
+    1024 on GPUs of 70 GiB and more but A100 (H100, H200, B200), else 256. ``device: auto`` or a GPU without a
+    declared accelerator type reads as the smallest that device kind can have."""
+    if engine.device in ("cpu", "auto"):
+        return 128 * engine.tensor_parallel_size
+    big = (engine.accelerator_type or "").upper().startswith(("H100", "H200", "H20", "B200", "B300", "GB200"))
+    return 1024 if big else 256
 
 
 class ConfigError(ValueError):

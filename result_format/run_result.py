@@ -125,12 +125,26 @@ class ShardResult(_Model):
 
     round: int
     client: int
+    level: int | None = Field(None, description="Sweep level of this replay; null: the run has no sweep.")
     node_id: str | None = Field(description="Ray node the client actor ran on.")
     start_epoch_s: float = Field(description="Common start of the round (Unix time, s).")
     planned: int = Field(description="Requests in this shard.")
     received: int = Field(description="Records that reached the driver.")
     status: Literal["ok", "lost"] = Field(description="'lost': the client actor died before finishing.")
     error: str | None = None
+
+
+class LevelResult(_Model):
+    """One sweep level of one arm: its measured requests (warm-up share excluded) over every round."""
+
+    index: int = Field(description="Position in sweep.levels.")
+    label: str
+    kind: str = Field(description="The level's kind: concurrency, rate or trace_speed.")
+    load: float = Field(description="The level's load in load_unit (concurrency, req/s, or trace speed-up).")
+    load_unit: str
+    requests_planned: int = Field(description="Requests per round, warm-up share included.")
+    warmup_requests: int = Field(description="Of which the first ones, sent but not measured (per round).")
+    summary: ArmSummary | None = Field(description="Measured requests only; null when none finished.")
 
 
 class ArmResult(_Model):
@@ -175,6 +189,9 @@ class ArmResult(_Model):
     )
     records_file: str = Field(
         description="JSON Lines file (relative to the run folder), appended as requests finished."
+    )
+    levels: list[LevelResult] = Field(
+        default_factory=list, description="Per sweep level, in sweep order; empty when the run has no sweep."
     )
     records: list[RequestRecord] = Field(default_factory=list)
 

@@ -64,6 +64,7 @@ class ClientSettings:
     request_timeout_s: float = 600.0
     client: int = 0  # stamped on records: which shard sent them
     round: int = 0  # stamped on records: which round of the experiment
+    level: int | None = None  # stamped on records: which sweep level (None: no sweep)
     precise_timer: bool = True  # wake for each send on a timer thread (µs), not asyncio's 1 ms epoll timers
     spin_s: float = 0.0  # then yield-spin this long before each send (for an idle, dedicated core)
     connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
@@ -127,6 +128,8 @@ def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: f
         arm=s.arm,
         round=s.round,
         client=s.client,
+        level=s.level,
+        warmup=req.warmup,
         intended_send_s=intended_s,
         actual_send_s=sent_s,
         prompt_tokens_requested=req.prompt_tokens,

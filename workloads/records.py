@@ -20,6 +20,10 @@ class RequestRecord(StrictModel):
     arm: str = Field(description="Arm the request was sent to.")
     round: int = Field(0, ge=0, description="Round of the experiment (arms interleaved A B B A ...).")
     client: int = Field(0, ge=0, description="Client actor (shard) that sent it.")
+    level: int | None = Field(
+        None, ge=0, description="Sweep level (position in sweep.levels) it was sent at; null: the run has no sweep."
+    )
+    warmup: bool = Field(False, description="Part of its level's warm-up share: sent, but not measured.")
     intended_send_s: float = Field(description="When the arrival process said to send it.")
     actual_send_s: float | None = Field(description="When the client sent it; null if never sent.")
     cap_wait_s: float = Field(

@@ -29,6 +29,9 @@ class PlannedRequest(FrozenStrictModel):
         "the intended send time is then its end plus think_time_s.",
     )
     think_time_s: float = Field(0.0, ge=0, description="Pause between after_index finishing and this send.")
+    warmup: bool = Field(
+        False, description="Sent like any other but excluded from measurement (a sweep level's warm-up share)."
+    )
 
 
 class TraceRow(FrozenStrictModel):

@@ -35,6 +35,12 @@ class WorkloadSpec(FrozenStrictModel):
     sample_requests: int | None = Field(
         None, ge=1, description="Keep this many requests (whole conversations), drawn with `seed`, in trace order."
     )
+    first_requests: int | None = Field(
+        None,
+        ge=1,
+        description="Keep only the first N requests (trace order) left after the window and the sample; a sweep "
+        "level's request count. A kept request's predecessor in its conversation always comes before it.",
+    )
     input_scale: float = Field(1.0, gt=0, description="Multiply every prompt length by this (then round).")
     output_scale: float = Field(1.0, gt=0, description="Multiply every output length by this (then round).")
     max_input_tokens: int | None = Field(
@@ -102,6 +108,9 @@ def _select(rows: list[TraceRow], spec: WorkloadSpec, skipped: dict[str, int]) -
             before = len(keep)
             keep = [i for i in keep if root[i] in chosen]
             skipped["not sampled"] = before - len(keep)
+    if spec.first_requests is not None and spec.first_requests < len(keep):
+        skipped["beyond first_requests"] = len(keep) - spec.first_requests
+        keep = keep[: spec.first_requests]
     return keep
 
 

@@ -79,6 +79,8 @@ def server_argv(
         argv += ["--quantization", model.quantization]
     if engine.enforce_eager:
         argv.append("--enforce-eager")
+    if engine.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(engine.max_num_seqs)]
     if device == "cuda" and flags is not None:
         argv += flags.vllm_args()
     return argv + list(engine.extra_args)

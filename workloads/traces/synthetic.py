@@ -31,6 +31,17 @@ class UniformLengths(FrozenStrictModel):
     max_tokens: int = Field(ge=1, description="Largest length (inclusive).")
 
 
+class RangeLengths(FrozenStrictModel):
+    """A target length and a range ratio, as load testers size their requests: uniform in
+    [range_ratio x tokens, tokens]. InferenceMAX draws in [0.8, 1.0] of the target (range_ratio 0.8).
+    ``vllm bench serve --random-range-ratio r`` drew in [r L, L] before vLLM 0.10; it now draws in
+    [(1 - r) L, (1 + r) L], i.e. ``uniform`` with min (1 - r) L and max (1 + r) L here."""
+
+    kind: Literal["range"] = "range"
+    tokens: int = Field(ge=1, description="Target (largest) length.")
+    range_ratio: float = Field(1.0, gt=0, le=1, description="Smallest length as a share of tokens; 1: fixed.")
+
+
 class LognormalLengths(FrozenStrictModel):
     kind: Literal["lognormal"] = "lognormal"
     median_tokens: float = Field(gt=0, description="Median length (exp of the log-mean).")
@@ -47,7 +58,7 @@ class EmpiricalLengths(FrozenStrictModel):
 
 
 LengthDistribution = Annotated[
-    FixedLengths | UniformLengths | LognormalLengths | EmpiricalLengths, Field(discriminator="kind")
+    FixedLengths | UniformLengths | RangeLengths | LognormalLengths | EmpiricalLengths, Field(discriminator="kind")
 ]
 
 
@@ -80,6 +91,11 @@ def _uniform(d: UniformLengths, n: int, rng: np.random.Generator, base_dir: Path
     return rng.integers(lo, hi + 1, size=n)
 
 
+def _range(d: RangeLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
+    lo = max(1, round(d.range_ratio * d.tokens))
+    return rng.integers(lo, d.tokens + 1, size=n)
+
+
 def _lognormal(d: LognormalLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
     v = np.rint(rng.lognormal(np.log(d.median_tokens), d.sigma, size=n))
     return np.minimum(v, d.max_tokens) if d.max_tokens is not None else v
@@ -94,7 +110,13 @@ def _empirical(d: EmpiricalLengths, n: int, rng: np.random.Generator, base_dir: 
 
 
 Draw = Callable[[Any, int, np.random.Generator, Path | None], np.ndarray]
-DRAWS: dict[str, Draw] = {"fixed": _fixed, "uniform": _uniform, "lognormal": _lognormal, "empirical": _empirical}
+DRAWS: dict[str, Draw] = {
+    "fixed": _fixed,
+    "uniform": _uniform,
+    "range": _range,
+    "lognormal": _lognormal,
+    "empirical": _empirical,
+}
 
 
 def load_synthetic(spec: SyntheticTraceSpec, base_dir: Path | None = None) -> LoadedTrace:

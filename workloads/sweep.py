@@ -1,0 +1,129 @@
+"""A load sweep: the levels every arm runs, each a separate replay of the workload at one load.
+
+Planned before any engine starts, like the schedule: every arm gets byte-for-byte the same levels.
+One engine per arm and round serves every level in turn: in the listed order in even rounds and in
+reverse in odd rounds (so a drift over the engine's life does not line up with the load), draining
+to idle between levels. Each level has prompts of its own (``level_prompt_seed``), so the engine's
+prefix cache cannot carry one level's prompts into another: a level sees only the sharing its own
+requests have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from common.strict import FrozenStrictModel
+from workloads.levels import AnyLoadLevel, LoadLevel
+from workloads.schedule import PlannedRequest
+from workloads.traces import TraceFormatError
+from workloads.workload import Schedule, WorkloadSpec, build_schedule
+
+
+class SweepSpec(FrozenStrictModel):
+    levels: list[LoadLevel] = Field(
+        min_length=1,
+        description="The load levels (by `kind`: concurrency, rate, trace_speed), all of one kind, run in this "
+        "order (reversed on odd rounds) on the same engine.",
+    )
+    warmup_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Default share of each level's first requests sent but not measured."
+    )
+    drain_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Wait at most this long for the engine to have no request running or waiting "
+        "between levels; an engine that does not drain fails its arm.",
+    )
+    capacity_attainment: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="A level meets the SLO when at least this share of its measured requests succeed within "
+        "every `slo` limit; capacity is the highest load that does (interpolated between levels).",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SweepSpec:
+        kinds = sorted({lv.kind for lv in self.levels})
+        if len(kinds) > 1:
+            raise ValueError(f"levels: one kind per sweep (one load axis), found {kinds}")
+        labels = [lv.label() for lv in self.levels]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"levels: two levels named {dupes}; give them distinct loads or names")
+        return self
+
+    @property
+    def load_unit(self) -> str:
+        return self.levels[0].load_unit
+
+    def order(self, round_index: int) -> list[int]:
+        """Level positions in the order a round runs them: as listed, reversed on odd rounds."""
+        idx = list(range(len(self.levels)))
+        return idx if round_index % 2 == 0 else idx[::-1]
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One replay of a round: the requests of one level (or of the whole workload when there is no sweep)."""
+
+    index: int | None  # position in sweep.levels; None: no sweep
+    label: str
+    requests: list[PlannedRequest]
+
+    @property
+    def warmup_requests(self) -> int:
+        return sum(1 for r in self.requests if r.warmup)
+
+
+def level_workload(level: AnyLoadLevel, workload: WorkloadSpec) -> WorkloadSpec:
+    """The workload a level replays: the level's arrivals, clock and request count; the workload's lengths."""
+    update: dict[str, object] = {
+        "arrival": level.arrival(),
+        "speedup": level.replay_speedup(),
+        "first_requests": level.request_count(),
+    }
+    if (end := level.window_end_s()) is not None:
+        update["window_end_s"] = (workload.window_start_s or 0.0) + end
+    return workload.model_copy(update=update)
+
+
+def level_prompt_seed(seed: int, round_index: int, level: int | None) -> int:
+    """The prompt seed of one level of one round: the same in every arm, different for every other level and
+    round, so no prompt (nor shared block) of one can be a cached prefix in the next. No sweep: the seed."""
+    if level is None:
+        return seed
+    return seed + 0x9E3779B1 * (1 + level + 4096 * round_index)
+
+
+def plan_level(
+    level: AnyLoadLevel, index: int, sweep: SweepSpec, workload: WorkloadSpec, base_dir: Path | None
+) -> LevelPlan:
+    """One level's requests, its warm-up share marked; raises TraceFormatError naming the level."""
+    where = f"sweep.levels.{index}"
+    try:
+        schedule = build_schedule(level_workload(level, workload), base_dir)
+    except TraceFormatError as e:
+        raise TraceFormatError(where, str(e)) from None
+    wanted = level.request_count()
+    if wanted is not None and len(schedule.requests) < wanted:
+        raise TraceFormatError(
+            where,
+            f"asks for {wanted} requests but the workload has only {len(schedule.requests)}; lower the level's "
+            "requests/duration_s or give the workload more (e.g. workload.trace.num_requests)",
+        )
+    k = level.warmup_count(len(schedule.requests), sweep.warmup_fraction)
+    requests = [r.model_copy(update={"warmup": True}) if r.index < k else r for r in schedule.requests]
+    return LevelPlan(index=index, label=level.label(), requests=requests)
+
+
+def plan_levels(
+    sweep: SweepSpec | None, schedule: Schedule, workload: WorkloadSpec, base_dir: Path | None
+) -> list[LevelPlan]:
+    """The replays of one round, in listed order: the sweep's levels, or the one schedule without a sweep."""
+    if sweep is None:
+        return [LevelPlan(index=None, label="all", requests=schedule.requests)]
+    return [plan_level(lv, i, sweep, workload, base_dir) for i, lv in enumerate(sweep.levels)]
