@@ -112,6 +112,34 @@ def throughput_row() -> list[object]:
     ]
 
 
+def sweep_row() -> list[object]:
+    """A load sweep's levels: which level each arm replays now, and the client's numbers per level."""
+    return [
+        ts(
+            "Sweep: current level",
+            "short",
+            [Query(f"max by (arm, level) (moeperf_sweep_level_active{S}) > 0", "{{arm}} {{level}}")],
+            "The sweep level each arm is replaying now (one series per arm and level while it runs). Empty for "
+            "a run without a sweep.",
+            span=8,
+        ),
+        ts(
+            "Sweep: output tokens/s per level",
+            "short",
+            [Query(rate("moeperf_client_output_tokens_total", S, "arm, level"), "{{arm}} {{level}}")],
+            f"{CLIENT} Output tokens per second of successful requests, per arm and sweep level.",
+            span=8,
+        ),
+        ts(
+            "Sweep: TTFT p90 per level",
+            "s",
+            [Query(quantile(0.9, "moeperf_client_ttft_seconds", S, "arm, level"), "{{arm}} {{level}}")],
+            f"{CLIENT} Time to first token, p90, per arm and sweep level.",
+            span=8,
+        ),
+    ]
+
+
 def errors_row() -> list[object]:
     return [
         ts(
@@ -221,6 +249,7 @@ def build() -> object:
     rows = (
         ("Latency: client vs engine (p50/p90/p99)", latency_row()),
         ("Throughput and goodput", throughput_row()),
+        ("Load sweep (per level)", sweep_row()),
         ("Errors", errors_row()),
         ("Engine state and load generator", engine_row()),
         ("Ray cluster", ray_row()),

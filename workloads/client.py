@@ -4,6 +4,8 @@
 ``workloads.pacing``); "how many in flight" is a separate cap. The dispatcher only sleeps and
 hands each request to a task of its own, so a slow server shows up as latency and as send lag
 in the records, never as a silently stretched schedule. Reading the answers is ``workloads.sse``.
+Request bodies are built ahead, off the loop, by ``workloads.payloads.BodyProducer``: at its send
+time a request only needs its finished bytes, so a burst of long prompts goes out at once.
 
 A replay always ends: an exception in the dispatcher or in a request's task ends it with a
 ``ReplayFailed`` (after the records finished so far), and a replay still running at its deadline
@@ -17,16 +19,26 @@ import math
 from collections import defaultdict
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
 from workloads.health import HealthProbe
 from workloads.pacing import ReplayClock, sleep_until
+from workloads.payloads import (
+    DEFAULT_AHEAD_BYTES,
+    DEFAULT_AHEAD_COUNT,
+    JSON_HEADERS,
+    BodyProducer,
+    BodySpec,
+    PayloadStats,
+    completion_body,
+    completion_fields,
+)
 from workloads.prompts import request_prompt_ids
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest
-from workloads.sse import classify_error, stream_completion
+from workloads.sse import HTTP_BODY_CHARS, StreamError, _TokenTimes, classify_error
 from workloads.timer import PreciseTimer
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
@@ -70,6 +82,12 @@ class ClientSettings:
     connection_limit: int | None = None  # pool size; null: max_in_flight, else unbounded
     # Seconds after the common start at which the replay is cancelled (see replay_deadline_s); None: never.
     deadline_s: float | None = None
+    # "ahead": bodies built as bytes on a producer thread, a window ahead (workloads.payloads); "inline": each
+    # request's dict built on the loop just before its sleep and serialised by aiohttp at its send (the client
+    # before 2026-12; kept for bench/client_levels_bench.py's before/after only).
+    payloads: Literal["ahead", "inline"] = "ahead"
+    bodies_ahead: int = DEFAULT_AHEAD_COUNT  # most built bodies waiting to be taken ...
+    bodies_ahead_bytes: int = DEFAULT_AHEAD_BYTES  # ... and most bytes of them: the producer's memory bound
     # TEST ONLY (cluster.orchestration.fault_injection): once this many records are finished, the dispatcher
     # raises InjectedDispatchFault instead of sending the next request. None in every real run.
     fail_dispatch_after_records: int | None = None
@@ -111,15 +129,37 @@ def replay_deadline_s(
 
 
 def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
-    return {
-        "model": s.model,
-        "prompt": request_prompt_ids(req.index, req.prompt_tokens, req.shared_blocks, s.vocab_lo, s.vocab_hi, s.seed),
-        "max_tokens": req.max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+    """The request as a dict, its prompt a Python list: the inline path's body, and the reference the bytes
+    ``completion_body`` builds are checked against."""
+    ids = request_prompt_ids(req.index, req.prompt_tokens, req.shared_blocks, s.vocab_lo, s.vocab_hi, s.seed)
+    return completion_fields(s.model, req.max_tokens, ids)
+
+
+def _body_spec(s: ClientSettings) -> BodySpec:
+    return BodySpec(model=s.model, vocab_lo=s.vocab_lo, vocab_hi=s.vocab_hi, seed=s.seed)
+
+
+Body = bytes | dict[str, Any]  # finished bytes ("ahead"), or the inline path's dict for aiohttp to serialise
+PendingBody = Body | asyncio.Future[bytes]  # a future while the producer has not built it yet
+
+
+async def _stream_completion(
+    session: aiohttp.ClientSession, url: str, rec: RequestRecord, body: Body, clock: ReplayClock
+) -> None:
+    """``workloads.sse.stream_completion`` for a body that may already be bytes: posted as they are (``data=``
+    with a JSON content type), so aiohttp serialises nothing on the loop."""
+    tokens = _TokenTimes()
+    post = (
+        session.post(url, data=body, headers=JSON_HEADERS) if isinstance(body, bytes) else session.post(url, json=body)
+    )
+    async with post as resp:
+        rec.http_status = resp.status
+        if resp.status != 200:
+            text = (await resp.text())[:HTTP_BODY_CHARS]
+            raise StreamError("http", f"HTTP {resp.status}: {text}")
+        async for data in resp.content.iter_any():  # read to the end of the body: the connection is reused
+            tokens.feed(data, clock.now_s())
+    tokens.fill(rec, clock.now_s())
 
 
 def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: float | None) -> RequestRecord:
@@ -170,8 +210,11 @@ class _Replay:
         clock: ReplayClock,
         session: aiohttp.ClientSession,
         timer: PreciseTimer | None,
+        bodies: BodyProducer | None = None,
     ) -> None:
         self.s, self.clock, self.session, self.timer = settings, clock, session, timer
+        self.bodies = bodies  # None: the inline path
+        self.payload_stats = bodies.stats if bodies is not None else PayloadStats(mode="inline")
         self.url = f"{settings.base_url}/v1/completions"
         self.roots, self.followers = _chains(requests)
         self.planned = len(requests)
@@ -186,24 +229,40 @@ class _Replay:
 
     # --- when to send ----------------------------------------------------------------------------
     async def dispatch(self) -> None:
-        """The send loop: sleep to each request's time and hand it to a task; never wait on a response."""
+        """The send loop: sleep to each request's time and hand it to a task; never wait on a response,
+        nor on a body (a late one is awaited by its own task)."""
         s, clock, timer = self.s, self.clock, self.timer
+        if self.bodies is not None and self.roots:  # let the producer fill its window while nothing is due
+            wait_s = self.roots[0].send_offset_s - clock.now_s()
+            if wait_s > 0:
+                try:
+                    await asyncio.wait_for(self.bodies.primed(), timeout=wait_s)
+                except TimeoutError:
+                    pass
         for sent, req in enumerate(self.roots):
             if s.fail_dispatch_after_records is not None and sent >= s.fail_dispatch_after_records:
                 if len(self.finished) < s.fail_dispatch_after_records:
                     await self.enough_finished.wait()  # those sent so far are on record: the test knows what to expect
                 raise InjectedDispatchFault(f"injected dispatcher fault after {s.fail_dispatch_after_records} records")
-            payload = _payload(s, req)  # built before its time, so building it adds no lag
+            body = self._body(req)
             await sleep_until(clock, req.send_offset_s, s.spin_s, timer)
             if self.engine_down.is_set():
+                _drop(body)
                 await self._not_sent(req, req.send_offset_s)
                 continue
-            self._spawn(self._send(req, req.send_offset_s, payload), f"request #{req.index}")
+            self._spawn(self._send(req, req.send_offset_s, body), f"request #{req.index}")
 
     async def _send_chained(self, req: PlannedRequest, intended_s: float) -> None:
-        payload = _payload(self.s, req)
+        body = self._body(req)
         await sleep_until(self.clock, intended_s, self.s.spin_s, self.timer)
-        self._spawn(self._send(req, intended_s, payload), f"request #{req.index}")
+        self._spawn(self._send(req, intended_s, body), f"request #{req.index}")
+
+    def _body(self, req: PlannedRequest) -> PendingBody:
+        """Taken before the sleep: the producer has then until the send time to finish a body it is behind on.
+        The inline path builds its dict here, on the loop (aiohttp serialises it at the send)."""
+        if self.bodies is None:
+            return _payload(self.s, req)
+        return self.bodies.take(req)
 
     def start(self) -> asyncio.Task[None]:
         return self._spawn(self.dispatch(), "the dispatcher")
@@ -244,7 +303,13 @@ class _Replay:
             self.limit.release()
 
     # --- one request -----------------------------------------------------------------------------
-    async def _send(self, req: PlannedRequest, intended_s: float, payload: dict[str, Any]) -> None:
+    async def _send(self, req: PlannedRequest, intended_s: float, pending: PendingBody) -> None:
+        if isinstance(pending, asyncio.Future):
+            if not pending.done():  # the producer is behind: wait (the wait is send lag), never build here
+                self.payload_stats.late += 1
+            body: Body = await pending
+        else:
+            body = pending
         cap_wait_s = await self._take_slot()
         if self.engine_down.is_set():
             self._free_slot()
@@ -253,7 +318,7 @@ class _Replay:
         rec = _record(req, self.s, intended_s, self.clock.now_s())
         rec.cap_wait_s = cap_wait_s
         try:
-            await stream_completion(self.session, self.url, rec, payload, self.clock)
+            await _stream_completion(self.session, self.url, rec, body, self.clock)
         except Exception as e:  # an error is a record, never a crash
             rec.error_kind, rec.error = classify_error(e)
             rec.end_s = self.clock.now_s()
@@ -302,6 +367,8 @@ class _Replay:
         return item
 
     async def cancel(self) -> None:
+        if self.bodies is not None:
+            self.bodies.close()
         for t in list(self.tasks):
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -313,6 +380,7 @@ async def replay(
     start_epoch_s: float,
     health: HealthProbe | None = None,
     clock: ReplayClock | None = None,
+    payload_stats: PayloadStats | None = None,
 ) -> AsyncIterator[RequestRecord]:
     """Send every request at its intended time; yield each record as its response finishes.
 
@@ -323,11 +391,27 @@ async def replay(
     Raises ``ReplayFailed`` if a task of the replay raised and ``ReplayDeadlineExceeded`` at
     ``settings.deadline_s``, each after yielding the records finished before it. ``clock``: the
     replay's clock, by default ``ReplayClock(start_epoch_s)``; tests inject one to pass a deadline.
+    Pass a ``PayloadStats`` to learn how the bodies were built (how many were late, on which threads).
     """
     clock = ReplayClock(start_epoch_s) if clock is None else clock
     async with _session(settings) as session:
-        timer = PreciseTimer(asyncio.get_running_loop()) if settings.precise_timer else None
-        run = _Replay(requests, settings, clock, session, timer)
+        loop = asyncio.get_running_loop()
+        timer = PreciseTimer(loop) if settings.precise_timer else None
+        bodies = None
+        if settings.payloads == "ahead":
+            spec = _body_spec(settings)
+            bodies = BodyProducer(
+                requests,
+                lambda req: completion_body(spec, req),
+                loop,
+                ahead_count=settings.bodies_ahead,
+                ahead_bytes=settings.bodies_ahead_bytes,
+                stats=payload_stats if payload_stats is not None else PayloadStats(),
+            )
+            bodies.start()
+        elif payload_stats is not None:
+            payload_stats.mode = "inline"
+        run = _Replay(requests, settings, clock, session, timer, bodies)
         if health is not None:
             health.start()
         run.start()
@@ -335,8 +419,14 @@ async def replay(
             for _ in range(len(requests)):
                 yield await run.next_record()
         finally:
-            await run.cancel()
+            await run.cancel()  # also stops the body producer
             if timer is not None:
                 timer.close()
             if health is not None:
                 await health.stop(run.finished)
+
+
+def _drop(body: PendingBody) -> None:
+    """A body that will not be sent: a pending one is cancelled, so a failed build is not reported as unretrieved."""
+    if isinstance(body, asyncio.Future):
+        body.cancel()

@@ -55,3 +55,65 @@ def request_prompt_ids(
     if len(ids) < num_tokens:
         ids += prompt_token_ids(index, num_tokens - len(ids), vocab_lo, vocab_hi, seed)
     return ids
+
+
+# --- the same prompts as numpy arrays and as JSON text, for the body producer (workloads.payloads) ---------
+# The list functions above stay the reference; these draw the same numbers with the same calls, so a body built
+# here holds exactly the ids of ``request_prompt_ids`` (tests/unit/test_client_payloads.py checks it). They
+# exist because an 8,000-token prompt costs about 1.2 ms as ``tolist()`` plus ``json.dumps`` and about 0.1 ms
+# as an array written through a lookup table.
+
+
+def _check_range(vocab_lo: int, vocab_hi: int) -> None:
+    if not 0 <= vocab_lo < vocab_hi:
+        raise ValueError(f"empty token id range [{vocab_lo}, {vocab_hi})")
+
+
+@lru_cache(maxsize=4096)
+def _block_array(key: int, num_tokens: int, vocab_lo: int, vocab_hi: int, seed: int) -> np.ndarray:
+    """A whole shared block, read-only; a shorter use of it is a prefix (numpy draws sequentially)."""
+    ids = np.random.default_rng([seed, _BLOCK_DOMAIN, key]).integers(vocab_lo, vocab_hi, size=num_tokens)
+    ids.flags.writeable = False
+    return ids
+
+
+def request_prompt_array(
+    index: int,
+    num_tokens: int,
+    shared_blocks: Sequence[tuple[int, int]],
+    vocab_lo: int,
+    vocab_hi: int,
+    seed: int = 0,
+) -> np.ndarray:
+    """``request_prompt_ids`` as an int64 array (same ids, same order)."""
+    _check_range(vocab_lo, vocab_hi)
+    parts: list[np.ndarray] = []
+    have = 0
+    for key, n in shared_blocks:
+        if have >= num_tokens:
+            break
+        if key < 0:
+            raise ValueError(f"block key must be >= 0, got {key}")
+        take = min(n, num_tokens - have)
+        parts.append(_block_array(key, n, vocab_lo, vocab_hi, seed)[:take])
+        have += take
+    if have < num_tokens:
+        parts.append(np.random.default_rng([seed, index]).integers(vocab_lo, vocab_hi, size=num_tokens - have))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+@lru_cache(maxsize=8)
+def _id_texts(vocab_hi: int) -> np.ndarray:
+    """``b"<id>,"`` for every id below ``vocab_hi``, as fixed-width bytes (numpy pads the short ones with NULs)."""
+    width = len(str(vocab_hi - 1))
+    return np.char.add(np.arange(vocab_hi).astype(f"S{width}"), b",")
+
+
+def ids_json(ids: np.ndarray, vocab_hi: int) -> bytes:
+    """The ids as the inside of a compact JSON list, ``b"12,7,3"``: what ``json.dumps(ids.tolist())`` writes
+    between the brackets (without its spaces). One gather from a table and one C-level NUL removal."""
+    if ids.size == 0:
+        return b""
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_hi:
+        raise ValueError(f"token ids outside [0, {vocab_hi})")
+    return _id_texts(vocab_hi)[ids].tobytes().replace(b"\0", b"")[:-1]

@@ -73,6 +73,7 @@ class LevelPlan:
     index: int | None  # position in sweep.levels; None: no sweep
     label: str
     requests: list[PlannedRequest]
+    schedule: Schedule | None = None  # what building it clipped and skipped (a sweep level's own schedule)
 
     @property
     def warmup_requests(self) -> int:
@@ -117,13 +118,25 @@ def plan_level(
         )
     k = level.warmup_count(len(schedule.requests), sweep.warmup_fraction)
     requests = [r.model_copy(update={"warmup": True}) if r.index < k else r for r in schedule.requests]
-    return LevelPlan(index=index, label=level.label(), requests=requests)
+    return LevelPlan(index=index, label=level.label(), requests=requests, schedule=schedule)
 
 
-def plan_levels(
-    sweep: SweepSpec | None, schedule: Schedule, workload: WorkloadSpec, base_dir: Path | None
-) -> list[LevelPlan]:
-    """The replays of one round, in listed order: the sweep's levels, or the one schedule without a sweep."""
-    if sweep is None:
-        return [LevelPlan(index=None, label="all", requests=schedule.requests)]
+def plan_levels(sweep: SweepSpec, workload: WorkloadSpec, base_dir: Path | None) -> list[LevelPlan]:
+    """The replays of one round of a sweep, in listed order."""
     return [plan_level(lv, i, sweep, workload, base_dir) for i, lv in enumerate(sweep.levels)]
+
+
+def sweep_schedule(levels: list[LevelPlan]) -> Schedule:
+    """One schedule standing for a sweep's levels (stored as schedule.json): every level's requests in sweep
+    order, each request's ``index`` its position in its level, and what the levels clipped and skipped, summed."""
+    skipped: dict[str, int] = {}
+    for lv in levels:
+        for k, v in (lv.schedule.skipped if lv.schedule else {}).items():
+            skipped[k] = skipped.get(k, 0) + v
+    return Schedule(
+        requests=[r for lv in levels for r in lv.requests],
+        clipped_input=sum(lv.schedule.clipped_input for lv in levels if lv.schedule),
+        clipped_output=sum(lv.schedule.clipped_output for lv in levels if lv.schedule),
+        clipped_context=sum(lv.schedule.clipped_context for lv in levels if lv.schedule),
+        skipped=skipped,
+    )

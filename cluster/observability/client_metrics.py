@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -23,7 +23,9 @@ from prometheus_client.registry import Collector
 from experiment.slo import SloSpec, meets_slo
 from workloads.records import RequestRecord
 
-LABELS = ("run", "arm", "client", "node")
+LABELS = ("run", "arm", "client", "node", "level")
+NO_LEVEL = "none"
+"""The ``level`` label of a run without a sweep."""
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 40, 80)
 TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
@@ -51,6 +53,11 @@ RUN_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "moeperf_client_slo_seconds": ("gauge", ("run", "objective"), "The SLO limits goodput is counted against."),
     "moeperf_run_active": ("gauge", ("run", "experiment"), "1 while the run is in progress."),
     "moeperf_arm_replay_active": ("gauge", ("run", "arm", "round"), "1 while the arm replays that round, else 0."),
+    "moeperf_sweep_level_active": (
+        "gauge",
+        ("run", "arm", "level"),
+        "1 for the sweep level the arm is replaying now, 0 for its other levels (absent without a sweep).",
+    ),
 }
 
 
@@ -74,8 +81,12 @@ class _ScrapeClock(Collector):
 class ClientMetrics:
     """Observe every finished record with ``observe``; serve with ``serve``; ``close`` at the end of the run."""
 
-    def __init__(self, run_id: str, experiment: str, slo: SloSpec | None = None) -> None:
+    def __init__(
+        self, run_id: str, experiment: str, slo: SloSpec | None = None, level_labels: Sequence[str] = ()
+    ) -> None:
         self.run_id, self.experiment, self.slo = run_id, experiment, slo or SloSpec()
+        self.level_labels = dict(enumerate(level_labels))  # sweep position -> label, the `level` of every series
+        self._current_level: dict[str, str] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self._objs: dict[str, Any] = {}
         buckets = {
@@ -105,7 +116,8 @@ class ClientMetrics:
     # --- what the driver calls -------------------------------------------------------------------
     def observe(self, record: RequestRecord, node: str) -> None:
         """One finished request (ok or failed) of ``record.arm``, sent by client actor ``record.client`` on ``node``."""
-        base = (self.run_id, record.arm, str(record.client), node)
+        level = NO_LEVEL if record.level is None else self.level_labels.get(record.level, str(record.level))
+        base = (self.run_id, record.arm, str(record.client), node, level)
         o = self._objs
         if not record.ok:
             o["moeperf_client_requests_total"].labels(*base, "failed").inc()
@@ -140,6 +152,16 @@ class ClientMetrics:
     def arm_active(self, arm: str, round_index: int, active: bool) -> None:
         """Marks an arm's replay (Grafana draws these as annotations: which arm ran when)."""
         self._objs["moeperf_arm_replay_active"].labels(self.run_id, arm, str(round_index)).set(1 if active else 0)
+        self._last_observed = time.time()
+
+    def level_active(self, arm: str, level: str) -> None:
+        """The arm now replays ``level``: its gauge 1, the arm's previous level 0 (Grafana: the current level)."""
+        gauge = self._objs["moeperf_sweep_level_active"]
+        previous = self._current_level.get(arm)
+        if previous is not None:
+            gauge.labels(self.run_id, arm, previous).set(0)
+        gauge.labels(self.run_id, arm, level).set(1)
+        self._current_level[arm] = level
         self._last_observed = time.time()
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:

@@ -39,12 +39,13 @@ from cluster.placement.clients import ClientPlacementError, client_nodes
 from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
-from result_format.run_result import ArmResult, EngineInfo, ObservedEngine, ShardResult
+from result_format.run_result import ArmResult, EngineInfo, LevelResult, ObservedEngine, ShardResult
 from workloads.client import DEADLINE_MARGIN_S, ClientSettings, ReplayError, replay_deadline_s
 from workloads.health import ClientHealth, client_bound
 from workloads.metrics import summarize
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest, shard
+from workloads.sweep import LevelPlan, level_prompt_seed
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ HEALTH_TIMEOUT_S = 30.0
 CLIENT_GRACE_S = 60.0
 """The driver waits this long past a replay's own deadline before it gives up on the client actor: the
 client cancels itself at the deadline and says so; only a client that cannot (stuck, partitioned) is cut off."""
+START_DELAY_S = 1.0
+"""Lead between deciding a replay's common start and the start itself: every client has its schedule by then."""
+DRAIN_POLL_S = 0.2
+"""How often the engine's queue gauges are read while waiting for it to drain between sweep levels."""
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 JIT_CACHE_DIR = "jit-cache"
 """The run's shared JIT cache, ``<run_dir>/jit-cache``, with ``engine.cache_state: shared_warm``."""
 
@@ -109,6 +115,7 @@ class _Round:
     index: int
     start_epoch_s: float
     settings: ClientSettings  # of the arm; each client stamps its own index and deadline on a copy
+    level: LevelPlan  # what this replay sends: one sweep level, or the whole workload
     out: TextIO  # the arm's records file, appended to under the runner's lock
     faults: RoundFaults
     received: int = 0  # records of this round that reached the driver, over all clients
@@ -126,6 +133,8 @@ class ArmRunner:
         observe: Callable[[RequestRecord, str], None] | None = None,
         hooks: ArmHooks | None = None,
         name: str | None = None,
+        levels: list[LevelPlan] | None = None,
+        on_level: Callable[[str, LevelPlan], None] | None = None,
     ) -> None:
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
         # What this runner's engine, placement group, records and progress are called: the arm's name, or for
@@ -133,7 +142,12 @@ class ArmRunner:
         self.name = name if name is not None else arm.name
         self.run_id = run_dir.name
         self.flags = cfg.arm_flags(arm)
-        self.requests, self.on_records = requests, on_records
+        # A round replays each level in turn (sweep order, reversed on odd rounds); without a sweep, one level
+        # holding the whole workload. ``requests``: every request of one round, over all levels.
+        self.levels = levels if levels is not None else [LevelPlan(index=None, label="all", requests=requests)]
+        self.requests = [r for lv in self.levels for r in lv.requests]
+        self.on_records = on_records
+        self.on_level = on_level  # as each level of a round starts: the live metrics show the current level
         self.observe = observe  # per finished record, with the Ray node id of the client actor that sent it
         self.hooks = hooks if hooks is not None else hooks_for(cfg, self.name)
         self.records: list[RequestRecord] = []
@@ -271,17 +285,27 @@ class ArmRunner:
             self.failure = (f"round {round_index} failed: {_reason(e)[0]}", None)
 
     def _replay(self, round_index: int, start_epoch_s: float) -> None:
-        settings = self._client_settings(round_index)
         self.records_path.parent.mkdir(parents=True, exist_ok=True)
         # Not a `with`: on Ctrl-C the consumer threads keep appending what still arrives until stop().
         out = self.records_path.open("a")
         try:
             before = self._engine_samples()
             faults = self.hooks.round_faults(round_index, self.engine, self.clients)
-            rnd = _Round(round_index, start_epoch_s, settings, out, faults)
-            n = len(self.clients)
-            logger.debug("arm %s: round %d: %d client(s) start at %.3f", self.name, round_index, n, start_epoch_s)
-            run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
+            for k, level in enumerate(self._level_order(round_index)):
+                if k:  # the engine serves the next level from idle, at a start of its own
+                    if not self._drained(round_index, level):
+                        break
+                    start_epoch_s = time.time() + START_DELAY_S
+                settings = self._client_settings(round_index, level.index)
+                rnd = _Round(round_index, start_epoch_s, settings, level, out, faults)
+                n = len(self.clients)
+                logger.debug("arm %s: round %d: level %s: %d client(s) start at %.3f", self.name, round_index,
+                             level.label, n, start_epoch_s)  # fmt: skip
+                if self.on_level is not None:
+                    self.on_level(self.name, level)
+                run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
+                if self._round_lost(round_index):
+                    break
         except BaseException as e:
             if not isinstance(e, KeyboardInterrupt):
                 out.close()
@@ -291,7 +315,42 @@ class ArmRunner:
         self._add_window_metrics(before, self._engine_samples())
         self._check_round(round_index)
 
-    def _client_settings(self, round_index: int) -> ClientSettings:
+    def _level_order(self, round_index: int) -> list[LevelPlan]:
+        """The sweep's levels in this round's order (as listed, reversed on odd rounds): every arm the same."""
+        sweep = self.cfg.sweep
+        if sweep is None or self.levels[0].index is None:
+            return self.levels
+        by_index = {lv.index: lv for lv in self.levels}
+        return [by_index[i] for i in sweep.order(round_index)]
+
+    def _round_lost(self, round_index: int) -> bool:
+        """A client lost or the engine gone: the round's later levels are not sent (``_check_round`` says why)."""
+        with self.lock:
+            lost = any(s.round == round_index and s.status == "lost" for s in self.shards)
+        return lost or ray.get(self.engine.poll.remote()) is not None
+
+    def _drained(self, round_index: int, level: LevelPlan) -> bool:
+        """Wait until the engine has no request running or waiting, so a level starts from idle and none of the
+        last level's stragglers (a timed-out request vLLM still runs) is counted against it. Polls the engine's
+        own queue gauges; an engine that does not drain within ``sweep.drain_timeout_s`` fails the arm."""
+        assert self.cfg.sweep is not None
+        deadline = time.monotonic() + self.cfg.sweep.drain_timeout_s
+        busy = 0.0
+        while True:
+            samples = parse_samples(ray.get(self.engine.metrics_text.remote()))
+            busy = sum(v for k, v in samples.items() if k.startswith((RUNNING, WAITING)))
+            if busy <= 0 or not any(k.startswith(RUNNING) for k in samples):
+                return True
+            if time.monotonic() >= deadline:
+                self.failure = (
+                    f"round {round_index}: the engine did not drain before level {level.label} "
+                    f"({busy:g} request(s) still running or waiting after {self.cfg.sweep.drain_timeout_s:g} s)",
+                    None,
+                )
+                return False
+            time.sleep(DRAIN_POLL_S)  # polling the engine's gauges: vLLM has no "idle" event to wait on
+
+    def _client_settings(self, round_index: int, level: int | None = None) -> ClientSettings:
         """The arm's client settings for this round; the in-flight cap is per arm, split over its clients."""
         assert self.info is not None
         lo, hi = ray.get(self.engine.prompt_id_range.remote())
@@ -302,19 +361,21 @@ class ArmRunner:
             arm=self.name,
             vocab_lo=lo,
             vocab_hi=hi,
-            seed=self.cfg.workload.seed,
+            seed=level_prompt_seed(self.cfg.workload.seed, round_index, level),
             max_in_flight=None if cap is None else max(1, -(-cap // len(self.clients))),
             request_timeout_s=self.cfg.client.request_timeout_s,
             round=round_index,
+            level=level,
             fail_dispatch_after_records=self.hooks.client_fault(round_index),
         )
 
     def _consume_shard(self, rnd: _Round, client: int) -> None:
         """One consumer thread: stream a client's records to disk, then record how its shard ended."""
-        part = shard(self.requests, len(self.clients), client)
+        part = shard(rnd.level.requests, len(self.clients), client)
         result = ShardResult(
             round=rnd.index,
             client=client,
+            level=rnd.level.index,
             node_id=self.client_nodes[client],
             start_epoch_s=rnd.start_epoch_s,
             planned=len(part),
@@ -371,7 +432,7 @@ class ArmRunner:
         """Stamp, append to disk and keep a batch; returns the round's record count so far."""
         with self.lock:
             for rec in batch:
-                rec.round, rec.client = rnd.index, client
+                rec.round, rec.client, rec.level = rnd.index, client, rnd.level.index
                 rnd.out.write(rec.model_dump_json() + "\n")
             rnd.out.flush()
             self.records.extend(batch)
@@ -470,8 +531,8 @@ class ArmRunner:
     def result(self, interrupted: bool = False, stopped: str | None = None) -> ArmResult:
         """The arm's result; ``stopped``: why the run ended early, which fails an arm with rounds still to run."""
         with self.lock:
-            records = sorted(self.records, key=lambda r: (r.round, r.index))
-            shards = sorted(self.shards, key=lambda s: (s.round, s.client))
+            records = sorted(self.records, key=lambda r: (r.round, -1 if r.level is None else r.level, r.index))
+            shards = sorted(self.shards, key=lambda s: (s.round, -1 if s.level is None else s.level, s.client))
         sent = sum(1 for r in records if r.actual_send_s is not None)
         ok = sum(1 for r in records if r.ok)
         planned = len(self.requests) * max(1, self.cfg.rounds)
@@ -501,6 +562,31 @@ class ArmRunner:
             window_metrics=dict(sorted(self.window_metrics.items())),
             triton_compiles_in_window=self._compiles(),
             records_file=str(self.records_path.relative_to(self.run_dir)),
+            levels=self._level_results(records),
             records=records,
             observed=self.observed,
         )
+
+    def _level_results(self, records: list[RequestRecord]) -> list[LevelResult]:
+        """Per sweep level: its measured records (warm-up share left out) summarised like an arm's."""
+        sweep = self.cfg.sweep
+        if sweep is None:
+            return []
+        out = []
+        for lv in self.levels:
+            assert lv.index is not None
+            spec = sweep.levels[lv.index]
+            measured = [r for r in records if r.level == lv.index and not r.warmup]
+            out.append(
+                LevelResult(
+                    index=lv.index,
+                    label=lv.label,
+                    kind=spec.kind,
+                    load=spec.load,
+                    load_unit=spec.load_unit,
+                    requests_planned=len(lv.requests),
+                    warmup_requests=lv.warmup_requests,
+                    summary=summarize(measured, self.cfg.slo) if any(r.ok for r in measured) else None,
+                )
+            )
+        return out

@@ -29,7 +29,7 @@ import yaml
 
 from cluster.engine.actor import Device
 from cluster.observability.environment import node_environment
-from cluster.orchestration.arm_runner import ArmRunner
+from cluster.orchestration.arm_runner import START_DELAY_S, ArmRunner
 from cluster.orchestration.fault_injection import FaultSpecError, RunHooks, hooks_for, run_hooks_for
 from cluster.orchestration.progress import Progress, make_progress
 from cluster.orchestration.run_metrics import RunMetrics
@@ -37,12 +37,12 @@ from cluster.orchestration.threads import run_in_threads
 from experiment.config import ArmSpec, ConfigError, ExperimentConfig
 from moe_opt.flags import OptimizationFlags
 from result_format.run_result import ArmResult, RunResult, ScheduleInfo, WarmupPassInfo
+from workloads.sweep import LevelPlan, plan_levels, sweep_schedule
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
 
 logger = logging.getLogger(__name__)
 
-START_DELAY_S = 1.0
 """The common start is set this far in the future so every client actor is ready before it."""
 
 
@@ -125,8 +125,18 @@ class _Warmup:
 
 def plan(cfg: ExperimentConfig, base_dir: Path | None) -> Schedule:
     """Everything checkable before Ray and engines: trace, model path, lengths against the context."""
+    return plan_run(cfg, base_dir)[0]
+
+
+def plan_run(cfg: ExperimentConfig, base_dir: Path | None) -> tuple[Schedule, list[LevelPlan]]:
+    """The workload's schedule and the replays of one round (the sweep's levels, or that one schedule)."""
     try:
-        schedule = build_schedule(cfg.workload, base_dir)
+        if cfg.sweep is None:
+            schedule = build_schedule(cfg.workload, base_dir)
+            levels = [LevelPlan(index=None, label="all", requests=schedule.requests)]
+        else:  # each level replaces the workload's arrivals: its own schedules are what runs
+            levels = plan_levels(cfg.sweep, cfg.workload, base_dir)
+            schedule = sweep_schedule(levels)
     except TraceFormatError as e:
         raise RunError(f"trace: {e}") from None
     path = cfg.model.path
@@ -134,7 +144,7 @@ def plan(cfg: ExperimentConfig, base_dir: Path | None) -> Schedule:
         p = Path(path).expanduser()
         if not (p / "config.json").is_file():
             raise RunError(f"model.path: {p} is not a model directory (no config.json)")
-    too_long = [r for r in schedule.requests if r.prompt_tokens + r.max_tokens > cfg.model.max_model_len]
+    too_long = [r for lv in levels for r in lv.requests if r.prompt_tokens + r.max_tokens > cfg.model.max_model_len]
     if too_long:
         r = too_long[0]
         raise RunError(
@@ -143,7 +153,7 @@ def plan(cfg: ExperimentConfig, base_dir: Path | None) -> Schedule:
             "workload.input_scale/output_scale, set workload.max_input_tokens/max_output_tokens, or set "
             "workload.max_model_len to clip to the context (clips are counted in the result)"
         )
-    return schedule
+    return schedule, levels
 
 
 def connect_ray(cfg: ExperimentConfig) -> bool:
@@ -187,6 +197,7 @@ class Driver:
         self.turns = plan_turns(cfg)
         self.runners: list[ArmRunner] = []
         self.warmups: dict[str, _Warmup] = {}
+        self.levels: list[LevelPlan] = []
 
     def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +213,7 @@ class Driver:
         Raises only ``RunError`` (bad input, nothing started, no result written) and a KeyboardInterrupt
         that arrives before the run folder exists; every other exception ends as a written result.
         """
-        schedule = plan(self.cfg, self.base_dir)
+        schedule, self.levels = plan_run(self.cfg, self.base_dir)
         try:
             hooks = run_hooks_for(self.cfg)
         except FaultSpecError as e:
@@ -261,7 +272,15 @@ class Driver:
         )
         runners = [
             ArmRunner(
-                self.cfg, arm, device, self.run_dir, schedule.requests, self.progress.advance, self.metrics.observe
+                self.cfg,
+                arm,
+                device,
+                self.run_dir,
+                schedule.requests,
+                self.progress.advance,
+                self.metrics.observe,
+                levels=self.levels,
+                on_level=self._on_level,
             )
             for arm in self.cfg.arms
         ]
@@ -282,6 +301,7 @@ class Driver:
                 None,  # unmeasured: not in the live client metrics either
                 hooks=hooks_for(self.cfg, name, warmup=True),
                 name=name,
+                levels=self.levels,
             )
             self.warmups[setting.name] = _Warmup(setting, runner)
         return runners
@@ -308,6 +328,11 @@ class Driver:
             logger.warning("metrics: could not stop the Prometheus export: %s", e)
 
     # --- arms ------------------------------------------------------------------------------------
+    def _on_level(self, arm: str, level: LevelPlan) -> None:
+        if level.index is not None:
+            logger.info("arm %s: level %s (%d requests)", arm, level.label, len(level.requests))
+            self.metrics.level_active(arm, level.label)
+
     def _stop(self, r: ArmRunner) -> None:
         try:
             r.stop()
@@ -422,8 +447,10 @@ class Driver:
             config=self.cfg,
             environment=env,
             schedule=ScheduleInfo(
-                requests=len(schedule.requests),
-                duration_s=schedule.duration_s,
+                requests=sum(len(lv.requests) for lv in self.levels) if self.levels else len(schedule.requests),
+                duration_s=sum(max((r.send_offset_s for r in lv.requests), default=0.0) for lv in self.levels)
+                if self.cfg.sweep is not None
+                else schedule.duration_s,
                 clipped_input=schedule.clipped_input,
                 clipped_output=schedule.clipped_output,
                 clipped_context=schedule.clipped_context,

@@ -31,7 +31,8 @@ class RunMetrics:
             return
         host = ray.util.get_node_ip_address() if m.listen_host == "node-ip" else m.listen_host
         try:
-            self.client_metrics = ClientMetrics(self.run_id, self.cfg.name, self.cfg.slo)
+            labels = [lv.label() for lv in self.cfg.sweep.levels] if self.cfg.sweep is not None else []
+            self.client_metrics = ClientMetrics(self.run_id, self.cfg.name, self.cfg.slo, labels)
             url = self.client_metrics.serve(host)
             self.client_targets = TargetsFile(m.targets_dir / f"client-{self.run_id}.json", self.run_id)
             self.client_targets.add_endpoint("driver", url, {})
@@ -61,6 +62,10 @@ class RunMetrics:
     def arm_active(self, arm: str, round_index: int, active: bool) -> None:
         if self.client_metrics is not None:
             self.client_metrics.arm_active(arm, round_index, active)
+
+    def level_active(self, arm: str, level: str) -> None:
+        if self.client_metrics is not None:
+            self.client_metrics.level_active(arm, level)
 
     def engine_up(self, arm: str, url: str, node_id: str) -> None:
         if self.engine_targets is not None:

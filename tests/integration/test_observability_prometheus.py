@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ import pytest
 from dashboards.generate import JSON_DIR
 from dashboards.prom_server import Prometheus, render_config
 from dashboards.queries import extract, metric_names, substitute
+from result_format.run_result import RunResult
 from tests.integration.conftest import REPO, clean_env, run_dir_of, small_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,7 +40,10 @@ ALLOWED_EMPTY = {
     "moeperf_triton_": "Triton JIT events: vLLM's CPU build runs no Triton kernels, so nothing compiles",
 }
 ARMS = ("baseline", "all-optimizations")
-REQUESTS = 20
+LEVELS = {1: 8, 2: 8, 4: 12}
+"""Concurrency -> requests of the sweep's levels."""
+WARMUP_FRACTION = 0.25
+REQUESTS = sum(LEVELS.values())
 
 
 def _allowed(expr: str) -> str | None:
@@ -64,7 +69,7 @@ def _wait_for(cond, what: str, timeout_s: float = 60.0, every_s: float = 0.5):
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_tmp():
     """A short private Ray temp dir: Ray's socket paths must stay under 107 characters."""
     d = tempfile.mkdtemp(prefix="mpobs-", dir="/tmp")
@@ -72,13 +77,14 @@ def ray_tmp():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def prometheus(tmp_path, ray_tmp):
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, ray_tmp):
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus is not installed (Debian package 'prometheus'; scripts/setup.sh installs it)")
-    targets = tmp_path / "targets"
+    root = tmp_path_factory.mktemp("prom")
+    targets = root / "targets"
     targets.mkdir()
-    work = tmp_path / "prom"
+    work = root / "prom"
     work.mkdir()
     prom = Prometheus(work, "")
     prom.config.write_text(
@@ -89,21 +95,30 @@ def prometheus(tmp_path, ray_tmp):
     prom.stop()
 
 
-def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, prometheus, ray_tmp):
+@dataclass(frozen=True)
+class SweepRun:
+    prom: Prometheus
+    run_dir: Path
+    t0: float
+    t1: float
+    stdout: str
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory, prometheus, ray_tmp) -> SweepRun:
+    """One real run shared by this module's tests: two arms by three closed-loop levels on vLLM CPU engines."""
     prom, targets = prometheus
+    tmp_path = tmp_path_factory.mktemp("obs-sweep")
     exp = small_experiment(
         tmp_path,
-        workload={
-            "trace": {
-                "kind": "synthetic",
-                "num_requests": REQUESTS,
-                "input_tokens": 16,
-                "output_tokens": 8,
-                "rate_rps": 2,
-            },
-        },  # fmt: skip
+        workload={"trace": {"kind": "synthetic", "num_requests": max(LEVELS.values()), "input_tokens": 16,
+                            "output_tokens": 8}},
+        sweep={
+            "levels": [{"kind": "concurrency", "concurrency": c, "requests": n} for c, n in LEVELS.items()],
+            "warmup_fraction": WARMUP_FRACTION,
+        },
         metrics={"targets_dir": str(targets), "ray_dashboard": True, "final_scrape_timeout_s": 20},
-    )
+    )  # fmt: skip
     env = clean_env()
     env["RAY_TMPDIR"] = str(ray_tmp)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -114,9 +129,37 @@ def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, prometheus
     )  # fmt: skip
     t1 = time.time()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_id = run_dir_of(tmp_path).name
-    assert not (targets / f"engines-{run_id}.json").exists(), "the run left its targets file behind"
+    run_dir = run_dir_of(tmp_path)
+    assert not (targets / f"engines-{run_dir.name}.json").exists(), "the run left its targets file behind"
+    return SweepRun(prom, run_dir, t0, t1, proc.stdout + proc.stderr)
 
+
+def test_two_arms_by_three_levels_every_record_has_its_level_and_each_level_its_summary(sweep_run):
+    result = RunResult.model_validate_json((sweep_run.run_dir / "result.json").read_text())
+    assert result.status == "ok" and [a.name for a in result.arms] == list(ARMS)
+    for arm in result.arms:
+        assert arm.status == "ok" and arm.requests_succeeded == sum(LEVELS.values())
+        assert [lv.label for lv in arm.levels] == [f"c={c}" for c in LEVELS]
+        for lv, (c, n) in zip(arm.levels, LEVELS.items(), strict=True):
+            assert lv.load == c and lv.load_unit == "concurrency" and lv.requests_planned == n
+            assert lv.warmup_requests == math.ceil(WARMUP_FRACTION * n)
+            assert lv.summary is not None and lv.summary.ttft_s.count == n - lv.warmup_requests
+            recs = [r for r in arm.records if r.level == lv.index]
+            assert sorted(r.index for r in recs) == list(range(n))
+            assert {r.index for r in recs if r.warmup} == set(range(lv.warmup_requests))
+        # One engine served the levels one after another, in the listed order (round 0).
+        starts = {s.level: s.start_epoch_s for s in arm.shards}
+        assert starts[0] < starts[1] < starts[2]
+        firsts = [min(r.actual_send_s for r in arm.records if r.level == i and r.actual_send_s is not None)
+                  for i in range(3)]  # fmt: skip
+        ends = [max(r.end_s for r in arm.records if r.level == i and r.end_s is not None) for i in range(3)]
+        assert all(starts[i] + firsts[i] > starts[i - 1] + ends[i - 1] for i in (1, 2))  # drained in between
+    assert "arm baseline: level c=4 (12 requests)" in sweep_run.stdout
+
+
+def test_every_dashboard_query_returns_data_from_a_real_run(sweep_run):
+    prom, t0, t1 = sweep_run.prom, sweep_run.t0, sweep_run.t1
+    run_id = sweep_run.run_dir.name
     # The driver waited for a scrape after its last record; still, poll until Prometheus has it all.
     total = f'sum(max_over_time(moeperf_client_requests_total{{run="{run_id}"}}[1h]))'
     _wait_for(

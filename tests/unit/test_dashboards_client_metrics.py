@@ -42,7 +42,7 @@ def metrics():
 
 
 def lab(**kw: str) -> frozenset:
-    return frozenset({"run": "run-1", "arm": "a", "client": "0", "node": "n1", **kw}.items())
+    return frozenset({"run": "run-1", "arm": "a", "client": "0", "node": "n1", "level": "none", **kw}.items())
 
 
 def test_ok_failed_goodput_and_tokens(metrics):
@@ -84,6 +84,7 @@ def test_every_declared_metric_is_exposed_with_its_labels(metrics):
     metrics.observe(record(error="x", error_kind="timeout", end_s=None), node="n1")
     metrics.run_active(True)
     metrics.arm_active("a", 0, True)
+    metrics.level_active("a", "c=1")
     names = {name for name, _ in samples(metrics)}
     for name, (kind, _, _) in {**METRICS, **RUN_METRICS}.items():
         assert (name + "_count" if kind == "histogram" else name) in names, name
@@ -122,3 +123,18 @@ def test_readme_table_lists_every_client_metric():
     for name, (kind, _, help_text) in {**METRICS, **RUN_METRICS}.items():
         assert f"| `{name}` | {kind} |" in readme, name
         assert help_text in readme, name
+
+
+def test_sweep_records_carry_their_level_label_and_one_level_is_active_per_arm():
+    m = ClientMetrics("run-1", "exp", SloSpec(ttft_s=0.5), level_labels=["c=1", "c=4"])
+    m.serve("127.0.0.1")
+    try:
+        m.observe(record().model_copy(update={"level": 1}), node="n1")
+        m.level_active("a", "c=1")
+        m.level_active("a", "c=4")
+        s = samples(m)
+    finally:
+        m.close()
+    assert s[("moeperf_client_requests_total", lab(status="ok", level="c=4"))] == 1
+    active = {dict(k)["level"]: v for (name, k), v in s.items() if name == "moeperf_sweep_level_active"}
+    assert active == {"c=1": 0, "c=4": 1}
