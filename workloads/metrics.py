@@ -64,7 +64,10 @@ class RateEstimate(StrictModel):
 class ArmRates(StrictModel):
     ci_level: float = Field(RATE_CI_LEVEL, description="Coverage of every interval here.")
     blocks_per_round: int = Field(RATE_BLOCKS, description="Batch-means time blocks per round.")
-    round_durations_s: list[float] = Field(description="Measured time of each round: first intended send to last end.")
+    round_durations_s: list[float] = Field(
+        description="Measured time of each replay (a round, or a sweep level of a round): first intended send to "
+        "last end."
+    )
     output_tokens_per_s: RateEstimate
     requests_per_s: RateEstimate = Field(description="Successful requests per second.")
     goodput_rps: RateEstimate | None = Field(
@@ -168,9 +171,10 @@ def round_window(records: Sequence[RequestRecord]) -> tuple[float, float]:
 
 def arm_rates(records: Sequence[RequestRecord], slo: SloSpec | None = None, blocks: int = RATE_BLOCKS) -> ArmRates:
     """Output tokens/s, requests/s and (with an SLO) goodput of one arm, per round then combined."""
-    by_round: dict[int, list[RequestRecord]] = {}
+    # One window per replay: a round, or each sweep level of a round (every level's clock starts at 0 too).
+    by_round: dict[tuple[int, int], list[RequestRecord]] = {}
     for r in records:
-        by_round.setdefault(r.round, []).append(r)
+        by_round.setdefault((r.round, -1 if r.level is None else r.level), []).append(r)
     spans, tok_b, req_b, good_b = [], [], [], []
     for rnd in sorted(by_round):
         recs = by_round[rnd]
@@ -217,6 +221,6 @@ def summarize(records: Sequence[RequestRecord], slo: SloSpec | None = None) -> A
         requests_per_s=rates.requests_per_s.per_s,
         output_tokens_per_s=rates.output_tokens_per_s.per_s,
         goodput_rps=rates.goodput_rps.per_s if rates.goodput_rps is not None else None,
-        rounds=len(rates.round_durations_s) or 1,
+        rounds=len({r.round for r in records}) or 1,
         rates=rates,
     )

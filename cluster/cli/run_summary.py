@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from cluster.cli.table import arm_table
+from cluster.cli.table import arm_table, level_table
 from result_format.run_result import RunResult
 
 LOG_TAIL_LINES = 15
@@ -19,6 +19,9 @@ def print_result(result: RunResult, run_dir: Path, out: IO[str] | None = None) -
     out = sys.stdout if out is None else out
     print(file=out)
     print(arm_table(result), file=out)
+    if result.config.sweep is not None and (levels := level_table(result)):
+        print(f"\nsweep levels (warm-up share excluded; load in {result.config.sweep.load_unit}):", file=out)
+        print(levels, file=out)
     for note in result.notes:
         print(f"note: {note}", file=out)
     if result.error:

@@ -69,3 +69,33 @@ def arm_table(result: RunResult) -> str:
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*row) for row in body]
     return "\n".join(lines)
+
+
+def level_table(result: RunResult) -> str:
+    """A sweep's levels, one line per level and arm: the measured requests of that level only."""
+    header = ["level", "arm", "measured", "output tok/s", "requests/s", "goodput", "TTFT p50/p90 (ms)", "TPOT p50 (ms)"]
+    body: list[list[str]] = []
+    levels = max((len(a.levels) for a in result.arms), default=0)
+    for i in range(levels):
+        for a in result.arms:
+            if i >= len(a.levels):
+                continue
+            lv, s = a.levels[i], a.levels[i].summary
+            rates = s.rates if s else None
+            body.append(
+                [
+                    lv.label,
+                    a.name,
+                    str(s.ttft_s.count) if s else "0",
+                    _rate(s.output_tokens_per_s if s else None, rates.output_tokens_per_s if rates else None, 1),
+                    _rate(s.requests_per_s if s else None, rates.requests_per_s if rates else None, 2),
+                    _rate(s.goodput_rps if s else None, rates.goodput_rps if rates else None, 2),
+                    f"{_ms(s.ttft_s.p50)} / {_ms(s.ttft_s.p90)}" if s else "-",
+                    _ms(s.tpot_s.p50) if s else "-",
+                ]
+            )
+    if not body:
+        return ""
+    widths = [max(len(row[c]) for row in [header, *body]) for c in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if c < 2 else f"{{:>{w}}}" for c, w in enumerate(widths))
+    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in body)])
