@@ -13,10 +13,27 @@ from html import escape
 import numpy as np
 
 from analysis import engine_window, fmt
-from analysis.markdown import RATE_HEADERS, comparison_header, rate_rows, rates_sentence, warmup_sentence
+from analysis.markdown import (
+    CAPACITY_HEADERS,
+    LEVEL_VERDICT_HEADERS,
+    RATE_HEADERS,
+    SWEEP_COMPARISON_HEADERS,
+    SWEEP_LEVEL_HEADERS,
+    capacity_rows,
+    comparison_header,
+    level_verdict_rows,
+    rate_rows,
+    rates_sentence,
+    sweep_comparison_header,
+    sweep_comparison_rows,
+    sweep_level_rows,
+    sweep_sentence,
+    warmup_sentence,
+)
 from analysis.nightly import NightlyVerdict
 from analysis.samples import arm_control_of, record_round
-from analysis.svg import Series, cdf_series, line_chart
+from analysis.svg import BandSeries, Series, cdf_series, frontier_chart, line_chart
+from analysis.sweep import SweepAnalysis, analyse_sweep
 from analysis.verdicts import ArmComparison, RunAnalysis
 from result_format.run_result import ArmResult, RunResult
 
@@ -240,7 +257,72 @@ def _arms(result: RunResult) -> str:
     )
 
 
-def render_html(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdict | None = None) -> str:
+def _frontier_series(sweep: SweepAnalysis) -> list[BandSeries]:
+    out = []
+    for f in sweep.frontiers:
+        front = f.frontier
+        cap = sweep.capacity(f.arm)
+        marker = None
+        if cap.at_interactivity_tokens_per_s_per_user is not None and cap.at_output_tokens_per_s_per_gpu is not None:
+            marker = (cap.at_interactivity_tokens_per_s_per_user, cap.at_output_tokens_per_s_per_gpu)
+        out.append(
+            BandSeries(
+                name=f.arm,
+                xs=[p.interactivity_tokens_per_s_per_user for p in front],
+                ys=[p.output_tokens_per_s_per_gpu for p in front],
+                lo=[(p.output_tokens_per_s_per_gpu_ci or (p.output_tokens_per_s_per_gpu,) * 2)[0] for p in front],
+                hi=[(p.output_tokens_per_s_per_gpu_ci or (p.output_tokens_per_s_per_gpu,) * 2)[1] for p in front],
+                others=[
+                    (p.interactivity_tokens_per_s_per_user, p.output_tokens_per_s_per_gpu)
+                    for p in f.points
+                    if not p.on_frontier
+                ],
+                marker=marker,
+                marker_label=f"{f.arm}: capacity {cap.text}",
+            )
+        )
+    return out
+
+
+def _sweep(sweep: SweepAnalysis | None) -> str:
+    """The load-sweep section; empty for a run without a sweep, so such a page is what it always was."""
+    if sweep is None:
+        return ""
+    chart = frontier_chart(
+        f"Throughput per GPU against interactivity ({sweep.ci_level:.0%} bootstrap band; diamond: capacity)",
+        _frontier_series(sweep),
+        "interactivity (tokens/s per user: 1 / median TPOT)",
+        "output tokens/s per GPU",
+    )
+    parts = ["<h2>Load sweep</h2>", f"<p>{escape(sweep_sentence(sweep))}</p>", f'<div class="plots">{chart}</div>']
+    parts += ["<h3>Capacity</h3>", _table(CAPACITY_HEADERS, capacity_rows(sweep), cls="capacity")]
+    if sweep.comparisons:
+        parts.append("<h3>B/A on the frontier</h3>")
+        for c in sweep.comparisons:
+            for line in sweep_comparison_header(c):
+                cls = "banner b-regression" if line.startswith("No verdicts") else "muted"
+                parts.append(f'<p class="{cls}">{escape(line)}</p>')
+        parts.append(_table(SWEEP_COMPARISON_HEADERS, sweep_comparison_rows(sweep), cls="sweep-verdicts"))
+    for c in sweep.comparisons:
+        parts.append(f"<h3>Per level: {escape(c.b_arm)} vs {escape(c.a_arm)}</h3>")
+        parts.append(_table(LEVEL_VERDICT_HEADERS, level_verdict_rows(c), cls="level-verdicts"))
+    for arm in dict.fromkeys(p.arm for p in sweep.points):
+        parts.append(f"<h3>Per level: {escape(arm)}</h3>")
+        parts.append(_table(SWEEP_LEVEL_HEADERS, sweep_level_rows(sweep, arm), cls="sweep-levels"))
+    parts += [f"<p>{escape(k)} not in the sweep analysis: {escape(v)}</p>" for k, v in sweep.skipped_arms.items()]
+    return "".join(parts)
+
+
+def render_html(
+    result: RunResult,
+    analysis: RunAnalysis,
+    nightly: NightlyVerdict | None = None,
+    sweep: SweepAnalysis | None = None,
+) -> str:
+    """The page; a run with a sweep gets its sweep section (``sweep``, else analysed here with the settings of
+    ``analysis``)."""
+    if sweep is None and result.config.sweep is not None:
+        sweep = analyse_sweep(result, analysis.settings)
     ordered = [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]
     comparisons = "".join(_comparison(c) for c in ordered)
     comparisons = comparisons or "<p>No comparison: fewer than two usable arms.</p>"
@@ -258,7 +340,7 @@ def render_html(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdic
 Bootstrap: {analysis.settings.bootstrap_resamples} resamples, seed {analysis.settings.seed},
 family-wise alpha {analysis.settings.alpha}, minimum effect
 {fmt.pct(analysis.settings.min_effect)}.</p>
-{_nightly(nightly) if nightly is not None else ""}
+{_nightly(nightly) if nightly is not None else ""}{_sweep(sweep)}
 <h2>Verdicts</h2>{comparisons}{skipped}
 <h2>Rates per arm</h2>{_rates(analysis)}
 <h2>Latency and throughput</h2>{_charts(result)}

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from analysis import engine_window, fmt
 from analysis.nightly import NightlyVerdict
+from analysis.sweep import (
+    TABLE_LATENCIES,
+    LatencyEstimate,
+    SweepAnalysis,
+    SweepComparison,
+    SweepStatistic,
+    analyse_sweep,
+)
 from analysis.verdicts import ArmComparison, RunAnalysis
 from result_format.run_result import RunResult
 from workloads.metrics import RateEstimate
@@ -168,7 +176,167 @@ def _engine_window(result: RunResult) -> list[str]:
     ]
 
 
-def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVerdict | None = None) -> str:
+# --- load sweep (only for runs with a sweep) ----------------------------------------------------------------
+
+
+def _num_ci(v: float | None, ci: tuple[float, float] | None, digits: str = ".4g") -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:{digits}}" + (f" [{ci[0]:{digits}}, {ci[1]:{digits}}]" if ci else "")
+
+
+def _latency_cell(x: LatencyEstimate | None) -> str:
+    if x is None or x.value_s is None:
+        return "n/a"
+    scale, unit = (1000.0, "ms") if x.value_s < 1 else (1.0, "s")
+    ci = f" [{x.ci_s[0] * scale:.3g}, {x.ci_s[1] * scale:.3g}]" if x.ci_s else ""
+    return f"{x.value_s * scale:.3g}{ci} {unit}"
+
+
+SWEEP_LEVEL_HEADERS = ["load", "n measured", "output tok/s [CI]", "tok/s per GPU [CI]", "interactivity tok/s/user [CI]",
+                       "requests/s [CI]", "goodput req/s [CI]", "TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90",
+                       "E2E p90", "SLO attainment [CI]"]  # fmt: skip
+
+
+def sweep_level_rows(sweep: SweepAnalysis, arm: str) -> list[list[str]]:
+    """One arm's row per level, in sweep order (shared with the HTML)."""
+    rows = []
+    for p in (p for p in sweep.points if p.arm == arm):
+        att = p.slo_attainment
+        rows.append(
+            [
+                p.label,
+                str(p.requests_measured),
+                rate_cell(p.output_tokens_per_s),
+                _num_ci(p.output_tokens_per_s_per_gpu, p.output_tokens_per_s_per_gpu_ci),
+                _num_ci(p.interactivity_tokens_per_s_per_user, p.interactivity_tokens_per_s_per_user_ci),
+                rate_cell(p.requests_per_s),
+                rate_cell(p.goodput_rps),
+                *(_latency_cell(p.latency(k)) for k in TABLE_LATENCIES),
+                "n/a"
+                if att is None
+                else f"{att:.1%}"
+                + (f" [{p.slo_attainment_ci[0]:.1%}, {p.slo_attainment_ci[1]:.1%}]" if p.slo_attainment_ci else "")
+                + ("" if p.meets_slo else " (misses)"),
+            ]
+        )
+    return rows
+
+
+CAPACITY_HEADERS = ["arm", "capacity", "CI", "between levels", "note"]
+
+
+def capacity_rows(sweep: SweepAnalysis) -> list[list[str]]:
+    rows = []
+    for c in sweep.capacities:
+        ci = f"[{c.ci_load[0]:.3g}, {c.ci_load[1]:.3g}]" if c.ci_load else "n/a"
+        between = f"{c.lower_level} .. {c.upper_level}" if c.upper_level and c.lower_level else "-"
+        note = "a level above the first miss meets the SLO again" if c.meets_again else "-"
+        rows.append([c.arm, c.text, ci, between, note])
+    return rows
+
+
+SWEEP_COMPARISON_HEADERS = ["B vs A", "statistic", "A", "B", "B/A", "CI (engines + requests)", "CI (one engine)",
+                            "dof", "verdict"]  # fmt: skip
+
+
+def _stat_value(s: SweepStatistic, v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g} {s.unit}"
+
+
+def sweep_comparison_rows(sweep: SweepAnalysis) -> list[list[str]]:
+    rows = []
+    for c in sweep.comparisons:
+        for s in (c.throughput_at_matched_interactivity, c.capacity):
+            rows.append(
+                [
+                    f"{c.b_arm} vs {c.a_arm}" + (" (A/A)" if c.kind == "aa" else ""),
+                    s.label,
+                    _stat_value(s, s.a_value),
+                    _stat_value(s, s.b_value),
+                    fmt.ratio(s.ratio),
+                    fmt.interval(s.ci),
+                    fmt.interval(s.ci_within_engine),
+                    str(s.dof),
+                    VERDICT_MARK[s.verdict] + (f" ({s.note})" if s.note else ""),
+                ]
+            )
+    return rows
+
+
+def sweep_comparison_header(c: SweepComparison) -> list[str]:
+    """What a sweep comparison's verdicts rest on (shared with the HTML)."""
+    s = c.throughput_at_matched_interactivity
+    rng = c.matched_interactivity_tokens_per_s_per_user
+    where = f"interactivity {rng[0]:.4g} to {rng[1]:.4g} tok/s/user" if rng else "no shared interactivity"
+    lines = [f"{c.b_arm} vs {c.a_arm}: {c.design}; matched over {where}; intervals at {s.ci_level * 100:.2f}%."]
+    if c.design_advice:
+        lines.append(
+            "No verdicts: this design cannot tell an effect from the difference between two engine instances. "
+            f"To get verdicts, {c.design_advice}."
+        )
+    return lines
+
+
+LEVEL_VERDICT_HEADERS = ["level", "output tok/s B/A [CI]", "verdict", "interactivity B/A [CI]", "verdict", "improved",
+                         "regressed"]  # fmt: skip
+
+
+def level_verdict_rows(c: SweepComparison) -> list[list[str]]:
+    rows = []
+    for lv in c.levels:
+        rows.append(
+            [
+                lv.label,
+                f"{fmt.ratio(lv.output_tokens_per_s_ratio)} {fmt.interval(lv.output_tokens_per_s_ci)}",
+                VERDICT_MARK[lv.output_tokens_per_s_verdict],
+                f"{fmt.ratio(lv.interactivity_ratio)} {fmt.interval(lv.interactivity_ci)}",
+                VERDICT_MARK[lv.interactivity_verdict],
+                ", ".join(lv.improved) or "-",
+                ", ".join(lv.regressed) or lv.note or "-",
+            ]
+        )
+    return rows
+
+
+def sweep_sentence(sweep: SweepAnalysis) -> str:
+    return (
+        f"{len(sweep.levels)} {sweep.level_kind} levels ({sweep.load_unit}), every arm's engine serving each in every "
+        f"round. Per-arm intervals at {sweep.ci_level:.0%}: rates by batch means, per-GPU throughput, interactivity, "
+        "attainment and latencies by the bootstrap. " + " ".join(sweep.notes)
+    )
+
+
+def sweep_markdown(sweep: SweepAnalysis) -> list[str]:
+    lines = ["## Load sweep", "", sweep_sentence(sweep), "", "### Capacity and B/A on the frontier", ""]
+    lines += [*_md_table(CAPACITY_HEADERS, capacity_rows(sweep)), ""]
+    if sweep.comparisons:
+        for c in sweep.comparisons:
+            lines += [_emphasis(x) for x in sweep_comparison_header(c)] + [""]
+        lines += [*_md_table(SWEEP_COMPARISON_HEADERS, sweep_comparison_rows(sweep)), ""]
+    for c in sweep.comparisons:
+        lines += [
+            f"### Per level: {c.b_arm} vs {c.a_arm}",
+            "",
+            *_md_table(LEVEL_VERDICT_HEADERS, level_verdict_rows(c)),
+        ]
+        lines.append("")
+    for arm in dict.fromkeys(p.arm for p in sweep.points):
+        lines += [f"### Per level: {arm}", "", *_md_table(SWEEP_LEVEL_HEADERS, sweep_level_rows(sweep, arm)), ""]
+    lines += [f"- {arm} not in the sweep analysis: {why}" for arm, why in sweep.skipped_arms.items()]
+    return lines
+
+
+def render_markdown(
+    result: RunResult,
+    analysis: RunAnalysis,
+    nightly: NightlyVerdict | None = None,
+    sweep: SweepAnalysis | None = None,
+) -> str:
+    """The report; a run with a sweep gets its sweep section (``sweep``, else analysed here with the settings of
+    ``analysis``)."""
+    if sweep is None and result.config.sweep is not None:
+        sweep = analyse_sweep(result, analysis.settings)
     lines = [
         f"# moeperf report: {result.run_id}",
         "",
@@ -195,6 +363,8 @@ def render_markdown(result: RunResult, analysis: RunAnalysis, nightly: NightlyVe
     lines += _engine_window(result)
     if analysis.arm_rates:
         lines += ["## Rates", "", rates_sentence(analysis), "", *_md_table(RATE_HEADERS, rate_rows(analysis)), ""]
+    if sweep is not None:
+        lines += sweep_markdown(sweep)
     lines.append("## A/B verdicts")
     lines.append("")
     if not analysis.comparisons:

@@ -117,3 +117,110 @@ def cdf_series(name: str, values: np.ndarray, max_points: int = 300) -> Series:
         probs = np.linspace(0, 1, max_points)
         return Series(name, list(np.quantile(v, probs)), list(probs))
     return Series(name, list(v), list(np.arange(1, v.size + 1) / v.size))
+
+
+# --- frontier chart (load sweeps) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BandSeries:
+    """One arm on a frontier chart: its frontier (x ascending) with an interval band on y, its other
+    (dominated) level points, and where its capacity falls."""
+
+    name: str
+    xs: Sequence[float]
+    ys: Sequence[float]
+    lo: Sequence[float]
+    hi: Sequence[float]
+    others: Sequence[tuple[float, float]] = ()
+    marker: tuple[float, float] | None = None
+    marker_label: str = ""
+
+
+def frontier_chart(title: str, series: Sequence[BandSeries], x_label: str, y_label: str) -> str:
+    """Every arm's frontier as a line over its shaded band (``<polygon class="band">``), its level points as
+    dots (hollow when dominated) and its capacity as a diamond (``class="capacity"``); one
+    ``<polyline class="series" data-arm>`` per arm, as in ``line_chart``."""
+    drawn = [s for s in series if len(s.xs) > 0]
+    if not drawn:
+        return f'<p class="no-data">{escape(title)}: no samples to plot.</p>'
+    xs_all = [float(x) for s in drawn for x in (*s.xs, *(p[0] for p in s.others))]
+    ys_all = [float(y) for s in drawn for y in (*s.ys, *s.hi, *(p[1] for p in s.others))]
+    xs_f = [x for x in xs_all if math.isfinite(x)]
+    ys_f = [y for y in ys_all if math.isfinite(y)]
+    x0, x1 = min(xs_f), max(xs_f)
+    pad = 0.05 * (x1 - x0) if x1 > x0 else max(abs(x0) * 0.05, 1.0)
+    x0, x1 = x0 - pad, x1 + pad
+    y0, y1 = 0.0, max(ys_f) * 1.05 if ys_f and max(ys_f) > 0 else 1.0
+    pw = WIDTH_PX - MARGIN["left"] - MARGIN["right"]
+    ph = HEIGHT_PX - MARGIN["top"] - MARGIN["bottom"]
+
+    def px(x: float) -> float:
+        return MARGIN["left"] + (x - x0) / (x1 - x0) * pw
+
+    def py(y: float) -> float:
+        return MARGIN["top"] + ph - (y - y0) / (y1 - y0) * ph
+
+    parts = [
+        f'<svg class="plot frontier" xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{HEIGHT_PX}" '
+        f'viewBox="0 0 {WIDTH_PX} {HEIGHT_PX}" role="img" aria-label="{escape(title)}" '
+        f'data-series-count="{len(drawn)}">',
+        f'<text x="{WIDTH_PX / 2}" y="18" text-anchor="middle" class="title">{escape(title)}</text>',
+        f'<rect x="{MARGIN["left"]}" y="{MARGIN["top"]}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
+    ]
+    for t in _nice_ticks(x0, x1):
+        parts.append(
+            f'<line x1="{px(t):.1f}" y1="{MARGIN["top"] + ph}" x2="{px(t):.1f}" y2="{MARGIN["top"] + ph + 4}" '
+            f'stroke="#666"/><text x="{px(t):.1f}" y="{MARGIN["top"] + ph + 16}" text-anchor="middle" '
+            f'class="tick">{_fmt(t)}</text>'
+        )
+    for t in _nice_ticks(y0, y1):
+        parts.append(
+            f'<line x1="{MARGIN["left"]}" y1="{py(t):.1f}" x2="{MARGIN["left"] + pw}" y2="{py(t):.1f}" '
+            f'stroke="#eee"/><text x="{MARGIN["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end" '
+            f'class="tick">{_fmt(t)}</text>'
+        )
+    parts.append(
+        f'<text x="{MARGIN["left"] + pw / 2}" y="{HEIGHT_PX - 8}" text-anchor="middle" class="axis">'
+        f"{escape(x_label)}</text>"
+        f'<text transform="translate(14,{MARGIN["top"] + ph / 2}) rotate(-90)" text-anchor="middle" '
+        f'class="axis">{escape(y_label)}</text>'
+    )
+    # Bands first, so no arm's band covers another arm's line.
+    for i, s in enumerate(drawn):
+        color = PALETTE[i % len(PALETTE)]
+        upper = [f"{px(x):.1f},{py(h):.1f}" for x, h in zip(s.xs, s.hi, strict=True)]
+        lower = [f"{px(x):.1f},{py(lo):.1f}" for x, lo in zip(s.xs, s.lo, strict=True)][::-1]
+        parts.append(
+            f'<polygon class="band" data-arm="{escape(s.name)}" fill="{color}" fill-opacity="0.15" stroke="none" '
+            f'points="{" ".join(upper + lower)}"/>'
+        )
+    for i, s in enumerate(drawn):
+        color = PALETTE[i % len(PALETTE)]
+        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(s.xs, s.ys, strict=True))
+        parts.append(
+            f'<polyline class="series" data-arm="{escape(s.name)}" fill="none" stroke="{color}" '
+            f'stroke-width="1.8" points="{pts}"><title>{escape(s.name)}</title></polyline>'
+        )
+        for x, y in zip(s.xs, s.ys, strict=True):
+            parts.append(f'<circle class="level" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
+        for x, y in s.others:
+            parts.append(
+                f'<circle class="level dominated" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="#fff" '
+                f'stroke="{color}"/>'
+            )
+        if s.marker is not None and all(math.isfinite(v) for v in s.marker):
+            mx, my = px(s.marker[0]), py(s.marker[1])
+            parts.append(
+                f'<path class="capacity" data-arm="{escape(s.name)}" d="M{mx:.1f},{my - 6:.1f} L{mx + 6:.1f},{my:.1f} '
+                f'L{mx:.1f},{my + 6:.1f} L{mx - 6:.1f},{my:.1f} Z" fill="{color}" stroke="#222">'
+                f"<title>{escape(s.marker_label)}</title></path>"
+            )
+        ly = 38
+        lx = MARGIN["left"] + i * (pw // max(1, len(drawn)))
+        parts.append(
+            f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
+            f'<text x="{lx + 24}" y="{ly}" class="legend">{escape(s.name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
