@@ -18,7 +18,7 @@ from cluster.engine.command import JIT_CACHE_VARS
 from cluster.engine.observed import flag_mismatch, flags_applied
 from experiment.config import EngineSpec, ModelSpec
 from moe_opt.flags import OptimizationFlags
-from tests.engine_http import complete
+from tests.engine_http import complete, scrape, series
 from tests.integration.conftest import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -70,6 +70,22 @@ def test_every_rank_reports_the_flags_it_decoded_and_why_nothing_applied(with_pl
     assert observed.nothing_applied is not None and "nothing applied: vLLM's CPU build" in observed.nothing_applied
     assert flag_mismatch(SWAP, observed, "cpu") is None
     assert not flags_applied(SWAP, observed, "cpu")
+
+
+def test_each_ranks_info_series_names_the_run_and_the_flags_and_vllm_metrics_are_still_served(
+    with_plugin: EngineActor,
+) -> None:
+    """The labels the dashboards and observe() read, as the engine's own /metrics serves them."""
+    assert with_plugin.server is not None
+    samples = scrape(with_plugin.server)
+    infos = series(samples, "moeperf_plugin_info", "gauge")
+    assert sorted(i["rank"] for i in infos) == ["0", "1"]
+    for info in infos:
+        assert info["run_id"] == "run-obs" and info["platform"] == "cpu" and info["world_size"] == "2"
+        assert OptimizationFlags.model_validate_json(info["flags"]) == SWAP and info["flags_applied"] == "false"
+        assert info["swap_ab"] == "true" and info["swap_ab_status"] == "not_applicable_cpu"
+        assert info["not_applied_reason"].startswith("vLLM's CPU build")
+    assert any(n.startswith("vllm:") for n, _ in samples)
 
 
 def test_the_workers_see_the_moe_backend_the_log_names(with_plugin: EngineActor) -> None:

@@ -52,25 +52,6 @@ def assert_table_metrics_per_rank(samples: Samples, name: str, ranks: list[str])
             assert all(lab["gpu"] == "none" and lab["gpu_uuid"] == "none" for lab in found)
 
 
-def test_tp1_per_rank_metrics_and_flags_info(tmp_path: Path) -> None:
-    name = f"plug-tp1-{tmp_path.name}"
-    flags = OptimizationFlags(swap_ab=True, no_respecialize=True)
-    with engine(tmp_path, name, 1, flags, {}) as server:
-        server.wait_healthy(300)
-        complete(server, name, 16, 4)
-        samples = poll(lambda: scrape(server), lambda s: total(s, "moeperf_rank_ttft_seconds_count") >= 1, 30)
-        assert_table_metrics_per_rank(samples, name, ["0"])
-        (info,) = series(samples, "moeperf_plugin_info", "gauge")
-        assert info["swap_ab"] == "true" and info["swap_ab_status"] == "not_applicable_cpu"
-        assert info["no_respecialize"] == "true" and info["no_respecialize_status"] == "not_applicable_cpu"
-        assert info["moe_backend_status"] == "vllm_default" and info["flags_applied"] == "false"
-        assert info["run_id"] == "run-1" and info["platform"] == "cpu"
-        assert OptimizationFlags.model_validate_json(info["flags"]) == flags and info["world_size"] == "1"
-        assert info["triton_version"] == "none" and info["not_applied_reason"].startswith("vLLM's CPU build")
-        assert total(samples, "moeperf_rank_ttft_seconds_count") >= 1
-        assert any(n.startswith("vllm:") for n, _ in samples)  # vLLM's own metrics still served
-
-
 def test_tp2_every_metric_per_rank_and_stall_matches_injected_delay(tmp_path: Path) -> None:
     name = f"plug-tp2-{tmp_path.name}"
     with engine(tmp_path, name, 2, OptimizationFlags(), {"MOEPERF_TEST_RANK_DELAY": f"1:{DELAY_S}"}) as server:
