@@ -6,15 +6,18 @@ send accuracy, token-exact timing of multi-token chunks, chained sends, and erro
 
 import asyncio
 import json
+import threading
 import time
 
 import numpy as np
 import pytest
 from aiohttp import web
 
+import workloads.client
 from tests.integration.fake_openai import serve
 from workloads.client import ClientSettings, replay
 from workloads.health import HealthProbe, client_bound
+from workloads.payloads import PayloadStats
 from workloads.schedule import PlannedRequest
 
 pytestmark = pytest.mark.integration
@@ -66,11 +69,11 @@ def settings(url, **kw):
     return ClientSettings(base_url=url, model="m", arm="a", vocab_lo=3, vocab_hi=98, **kw)
 
 
-async def run(handler, reqs, probe=None, **kw):
+async def run(handler, reqs, probe=None, stats=None, lead_s=0.2, **kw):
     runner, url = await serve(handler)
     try:
-        start = time.time() + 0.2  # a common start in the near future, as the driver sets it
-        return [r async for r in replay(reqs, settings(url, **kw), start, health=probe)]
+        start = time.time() + lead_s  # a common start in the near future, as the driver sets it
+        return [r async for r in replay(reqs, settings(url, **kw), start, health=probe, payload_stats=stats)]
     finally:
         await runner.cleanup()
 
@@ -160,3 +163,78 @@ async def no_usage(request):
 def test_server_without_usage_is_marked_inexact():
     (r,) = asyncio.run(run(no_usage, [PlannedRequest(index=0, send_offset_s=0, prompt_tokens=2, max_tokens=4)]))
     assert r.ok and not r.tokens_exact and r.output_tokens == 2
+
+
+async def prompt_echo(request):
+    """One token; usage reports the prompt's length, and the handler checks the prompt's ids are ints."""
+    body = await request.json()
+    assert all(isinstance(t, int) for t in body["prompt"])
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(
+        sse({"choices": [{"text": "x"}], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 1}})
+    )
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+def test_a_burst_of_long_prompts_is_sent_with_every_body_built_ahead_off_the_loop(monkeypatch):
+    """64 simultaneous 8,000-token prompts, the issue's burst. Inline, each body cost about 1.2 ms on the loop at
+    its send; here every body was built on the producer thread before the send time came (none waited), and the
+    inline builder never ran. How late the burst goes out is measured by bench/client_levels_bench.py."""
+    built_on: list[int] = []
+    real = workloads.client.completion_body
+
+    def spy(spec, r):
+        built_on.append(threading.get_ident())
+        return real(spec, r)
+
+    def inline(*a):
+        raise AssertionError("the inline builder ran")
+
+    monkeypatch.setattr(workloads.client, "completion_body", spy)
+    monkeypatch.setattr(workloads.client, "_payload", inline)
+    reqs = [PlannedRequest(index=i, send_offset_s=0.0, prompt_tokens=8000, max_tokens=1) for i in range(64)]
+    stats = PayloadStats()
+    # a 1 s head start (the driver gives 1 s too): 64 bodies take about 15 ms to build
+    recs = asyncio.run(run(prompt_echo, reqs, stats=stats, lead_s=1.0))
+    assert len(recs) == 64 and all(r.ok and r.prompt_tokens == 8000 for r in recs)
+    assert stats.mode == "ahead" and stats.built == 64
+    assert stats.late == 0 and stats.demanded == 0  # every body was ready before its request's send time
+    assert len(built_on) == 64 and stats.loop_thread not in built_on and stats.threads == set(built_on)
+
+
+def test_closed_loop_chains_send_in_order_with_bodies_built_ahead():
+    """Closed loop: 16 users of 5 turns each, every turn sent when the previous one ends. Prompts do not depend
+    on answers, so followers are built ahead too: none waits for its body."""
+    users, turns = 16, 5
+    reqs = [PlannedRequest(index=u, send_offset_s=0.0, prompt_tokens=40 + u, max_tokens=6) for u in range(users)]
+    for t in range(1, turns):
+        reqs += [
+            PlannedRequest(
+                index=t * users + u,
+                send_offset_s=0.0,
+                prompt_tokens=40 + u,
+                max_tokens=6,
+                after_index=(t - 1) * users + u,
+            )
+            for u in range(users)
+        ]
+    stats = PayloadStats()
+    recs = {r.index: r for r in asyncio.run(run(chunked, reqs, stats=stats, lead_s=1.0))}
+    assert len(recs) == users * turns and all(r.ok for r in recs.values())
+    for u in range(users):
+        chain = [recs[t * users + u] for t in range(turns)]
+        for prev, r in zip(chain, chain[1:], strict=False):
+            assert r.intended_send_s == pytest.approx(prev.end_s) and r.actual_send_s >= prev.end_s
+    assert stats.built == users * turns and stats.late == 0 and stats.demanded == 0
+
+
+def test_the_inline_path_still_sends_the_same_requests():
+    """payloads="inline" is the old client, kept for the benchmark's before/after: same records, no producer."""
+    reqs = [PlannedRequest(index=i, send_offset_s=0.01 * i, prompt_tokens=5 + i, max_tokens=6) for i in range(4)]
+    stats = PayloadStats()
+    recs = asyncio.run(run(chunked, reqs, stats=stats, payloads="inline"))
+    assert sorted(r.index for r in recs) == list(range(4)) and all(r.ok and r.output_tokens == 6 for r in recs)
+    assert {r.index: r.prompt_tokens for r in recs} == {i: 5 + i for i in range(4)}
+    assert stats.mode == "inline" and stats.built == 0
