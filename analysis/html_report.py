@@ -184,13 +184,15 @@ def _nightly(v: NightlyVerdict) -> str:
             f"<p class='muted'>Baseline: median of {len(v.history_runs)} night(s): "
             f"{escape(', '.join(v.history_runs))}. Policy: {escape(v.policy.model_dump_json())}</p>"
         )
-    checks = sorted(v.checks, key=lambda c: (not c.regression, not c.flagged, c.arm, c.metric))
+    sweep = any(c.level is not None or c.metric == "capacity" for c in v.checks)
+    checks = sorted(v.checks, key=lambda c: (not c.regression, not c.flagged, c.arm, c.level or "", c.metric))
     rows = []
     for c in checks:
         cls = "v-regressed" if c.regression else ("v-not-measured" if c.ratio is None else "")
         rows.append(
             [
                 _td(c.arm),
+                *([_td(c.level or "all levels")] if sweep else []),
                 _td(c.label),
                 _td(fmt.value(c.tonight, c.unit), "num"),
                 _td(fmt.value(c.baseline, c.unit), "num"),
@@ -201,10 +203,12 @@ def _nightly(v: NightlyVerdict) -> str:
                 _td("yes" if c.flagged else "no"),
                 _td(str(c.consecutive_flagged), "num"),
                 _td("REGRESSION" if c.regression else "no", cls),
+                *([_td(c.note or "")] if sweep else []),
             ]
         )
-    headers = ["arm", "metric", "tonight", "baseline", "ratio", "CI", "night-to-night SD", "MWU p",
-               "flagged tonight", "nights in a row", "regression"]  # fmt: skip
+    headers = ["arm", *(["level"] if sweep else []), "metric", "tonight", "baseline", "ratio", "CI",
+               "night-to-night SD", "MWU p", "flagged tonight", "nights in a row", "regression",
+               *(["note"] if sweep else [])]  # fmt: skip
     flagged = [r for r, c in zip(rows, checks, strict=True) if c.flagged or c.regression]
     calm = [r for r, c in zip(rows, checks, strict=True) if not (c.flagged or c.regression)]
     parts.append(f"<p>{len(flagged)} of {len(rows)} checks flagged tonight.</p>")

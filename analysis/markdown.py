@@ -127,17 +127,29 @@ def nightly_markdown(v: NightlyVerdict) -> list[str]:
     if v.history_runs:
         lines += [f"Baseline: median of {len(v.history_runs)} night(s): {', '.join(v.history_runs)}", ""]
     shown = [c for c in v.checks if c.flagged or c.regression]
+    sweep = any(c.level is not None or c.metric == "capacity" for c in v.checks)
     if shown:
+        level_head, level_rule = ("| level ", "| --- ") if sweep else ("", "")
         lines += [
-            "| arm | metric | tonight | baseline | ratio | CI | nights flagged | regression |",
-            "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
+            f"| arm {level_head}| metric | tonight | baseline | ratio | CI | nights flagged | regression |",
+            f"| --- {level_rule}| --- | ---: | ---: | ---: | --- | ---: | --- |",
         ]
         for c in shown:
+            level = f"| {c.level or 'all levels'} " if sweep else ""
             lines.append(
-                f"| {c.arm} | {c.label} | {fmt.value(c.tonight, c.unit)} | {fmt.value(c.baseline, c.unit)} "
+                f"| {c.arm} {level}| {c.label} | {fmt.value(c.tonight, c.unit)} | {fmt.value(c.baseline, c.unit)} "
                 f"| {fmt.ratio(c.ratio)} | {fmt.interval(c.ci)} | {c.consecutive_flagged} "
                 f"| {'**yes**' if c.regression else 'no'} |"
             )
+        lines.append("")
+    capacities = [c for c in v.checks if c.metric == "capacity"]
+    for c in capacities:
+        tail = c.note or f"ratio {fmt.ratio(c.ratio)} {fmt.interval(c.ci)}"
+        lines.append(
+            f"- Capacity at SLO of {c.arm}: {fmt.value(c.tonight, c.unit)} tonight, baseline "
+            f"{fmt.value(c.baseline, c.unit)} ({c.baseline_nights} night(s)); {tail}"
+        )
+    if capacities:
         lines.append("")
     lines += [f"- {n}" for n in v.notes]
     return lines

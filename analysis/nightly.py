@@ -10,6 +10,15 @@ requests of the same night. As in PyTorch's HUD, a flag
 becomes a *regression* only when the same arm and metric were flagged on K consecutive nights,
 each judged against its own preceding nights: one noisy night never fails the build.
 
+A sweep night is gated per (arm, level): every level's measured requests (its warm-up share
+excluded, no steady-state cut) against the same level of earlier nights, levels matched by label
+(nights whose sweep differs are not compared at all: ``sweep`` is part of the comparable config),
+plus one check per arm on its capacity at the SLO (higher is better), tonight's against the median
+of the history nights', its error from tonight's capacity bootstrap interval and the night-to-night
+spread combined as for every other check. A capacity the sweep does not bracket (every level meets
+the SLO, or none does) is reported and never flagged. Every check, capacity included, is one member
+of the night's Bonferroni family.
+
 Exit codes: 1 regression, 0 otherwise (also with too little history), 2 the run itself failed.
 """
 
@@ -23,7 +32,8 @@ from pydantic import Field
 
 from analysis import stats
 from analysis.samples import ArmSamples
-from analysis.steady_state import JudgedArms, SteadyStateRule, judged_arms
+from analysis.steady_state import JudgedArms, SteadyStateRule, judged_arms, measured
+from analysis.sweep import CI_LEVEL, ArmCapacity, arm_capacities
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
 from common.strict import StrictModel
 from experiment.config import ExperimentConfig
@@ -43,7 +53,10 @@ class NightlyPolicy(StrictModel):
     min_tail_requests: int = Field(10, ge=1, description="Gate a p-quantile only with this many requests beyond it.")
     bootstrap_resamples: int = Field(400, ge=50, description="Bootstrap replicates for tonight's error.")
     seed: int = Field(0, description="Seed of every bootstrap.")
-    metrics: list[str] | None = Field(None, description="Metric keys to gate on; null: all of stats.METRICS.")
+    metrics: list[str] | None = Field(
+        None,
+        description="Metric keys to gate on; null: all of stats.METRICS. A sweep night's capacity is always gated.",
+    )
     slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo'.")
     steady_state: SteadyStateRule = Field(
         "mser5", description="Warm-up rule, the report's: 'mser5' cuts it by MSER-5 on TTFT, 'none' keeps all."
@@ -52,6 +65,9 @@ class NightlyPolicy(StrictModel):
 
 class MetricTrend(StrictModel):
     arm: str
+    level: str | None = Field(
+        None, description="Label of the sweep level this check is on; null: the whole arm (no sweep, or capacity)."
+    )
     metric: str
     label: str
     unit: str
@@ -67,6 +83,14 @@ class MetricTrend(StrictModel):
     flagged: bool = Field(description="Worse than baseline tonight beyond noise and min_effect.")
     consecutive_flagged: int = Field(description="Nights in a row, tonight included, this check was flagged.")
     regression: bool = Field(description="flagged on at least K consecutive nights.")
+    note: str | None = Field(None, description="Why the check cannot flag tonight, when it cannot (censored capacity).")
+
+    @property
+    def name(self) -> str:
+        """Arm, level and metric, for one line: 'B @ c=4 TPOT p50'."""
+        return (
+            f"{self.arm}{LEVEL_SEP}{self.level} {self.label}" if self.level is not None else f"{self.arm} {self.label}"
+        )
 
 
 class NightlyVerdict(StrictModel):
@@ -104,19 +128,61 @@ def run_failed_verdict(reason: str, policy: NightlyPolicy, result: RunResult | N
     )
 
 
+LEVEL_SEP = " @ "
+CAPACITY_KEY = "capacity"
+
+
+def gated_view(run: RunResult) -> tuple[RunResult, dict[str, tuple[str, str | None]]]:
+    """The run as the gate judges it, and per gated arm its (arm, level label).
+
+    Without a sweep, the run itself. With one, one arm per (arm, level), named '{arm} @ {label}', holding
+    that level's measured requests: each is then judged as an arm of its own (no steady-state cut, a
+    sweep run never gets one), so the same level of two nights meets under the same name.
+    """
+    sweep = run.config.sweep
+    if sweep is None:
+        return run, {a.name: (a.name, None) for a in run.arms}
+    names: dict[str, tuple[str, str | None]] = {}
+    arms = []
+    for a in run.arms:
+        for i, level in enumerate(sweep.levels):
+            name = f"{a.name}{LEVEL_SEP}{level.label()}"
+            names[name] = (a.name, level.label())
+            arms.append(
+                a.model_copy(update={"name": name, "records": [r for r in measured(a.records) if r.level == i]})
+            )
+    return run.model_copy(update={"arms": arms}), names
+
+
 class _NightCache:
-    """Judged samples and point values per (run, arm), computed once however many nights look at them."""
+    """Judged samples, point values and capacities per (run, arm), computed once however many nights look
+    at them. A run is judged as ``gated_view`` lays it out."""
 
     def __init__(self, policy: NightlyPolicy) -> None:
         self._policy = policy
         self._judged: dict[str, JudgedArms] = {}
+        self._names: dict[str, dict[str, tuple[str, str | None]]] = {}
         self._points: dict[tuple[str, str], np.ndarray | None] = {}
+        self._capacities: dict[str, dict[str, ArmCapacity]] = {}
 
     def judged(self, run: RunResult) -> JudgedArms:
         if run.run_id not in self._judged:
             slo = self._policy.slo or run.config.slo
-            self._judged[run.run_id] = judged_arms(run, slo, self._policy.steady_state)
+            view, self._names[run.run_id] = gated_view(run)
+            self._judged[run.run_id] = judged_arms(view, slo, self._policy.steady_state)
         return self._judged[run.run_id]
+
+    def names(self, run: RunResult) -> dict[str, tuple[str, str | None]]:
+        """Gated arm -> (arm, level label), in run order (arm by arm, level by level)."""
+        self.judged(run)
+        return self._names[run.run_id]
+
+    def capacity(self, run: RunResult, arm: str) -> ArmCapacity | None:
+        """The arm's capacity at the SLO (``sweep.arm_capacities``); None without a sweep or a usable arm."""
+        if run.run_id not in self._capacities:
+            p = self._policy
+            self._capacities[run.run_id] = arm_capacities(run, p.bootstrap_resamples, p.seed, p.slo)
+        return self._capacities[run.run_id].get(arm)
 
     def samples(self, run: RunResult, arm: str) -> ArmSamples | None:
         return self.judged(run).samples.get(arm)
@@ -145,12 +211,12 @@ def _check_night(
     window = previous[-policy.baseline_nights :]
     rng = np.random.default_rng(policy.seed)
     out: dict[tuple[str, str], MetricTrend] = {}
-    for arm in night.arms:
-        tonight = cache.samples(night, arm.name)
+    for gated, (arm_name, level) in cache.names(night).items():
+        tonight = cache.samples(night, gated)
         if tonight is None:
             continue
-        past = [(r, p) for r in window if (p := cache.points(r, arm.name)) is not None]
-        point = cache.points(night, arm.name)
+        past = [(r, p) for r in window if (p := cache.points(r, gated)) is not None]
+        point = cache.points(night, gated)
         assert point is not None
         # Within-night error (the bootstrap for quantiles, batch means for rates); the engine-to-
         # engine part is in the night-to-night spread, every night having its own engines.
@@ -174,13 +240,14 @@ def _check_night(
                 worse = ci[1] < 1 if spec.higher_is_better else ci[0] > 1
                 flagged = worse and abs(ratio - 1) >= policy.min_effect
                 median_run = min(past, key=lambda rp: abs(math.log(max(rp[1][j], 1e-300)) - float(np.median(logs))))[0]
-                ref = cache.samples(median_run, arm.name)
+                ref = cache.samples(median_run, gated)
                 if ref is not None:
                     mw = stats.mann_whitney_p(
                         stats.per_request_series(ref, spec.family), stats.per_request_series(tonight, spec.family)
                     )
-            out[(arm.name, spec.key)] = MetricTrend(
-                arm=arm.name,
+            out[(gated, spec.key)] = MetricTrend(
+                arm=arm_name,
+                level=level,
                 metric=spec.key,
                 label=spec.label,
                 unit=spec.unit,
@@ -197,11 +264,73 @@ def _check_night(
                 consecutive_flagged=1 if flagged else 0,
                 regression=False,
             )
+    if night.config.sweep is not None:
+        for arm in night.arms:
+            trend = _capacity_check(night, arm.name, window, cache, policy, z)
+            if trend is not None:
+                out[(arm.name, CAPACITY_KEY)] = trend
     return out
 
 
-COMPARABLE_CONFIG_KEYS = ("model", "engine", "client", "workload", "placement", "rounds")
-"""Config sections that must match for two nights to be compared (a changed workload is not a regression)."""
+def _capacity_check(
+    night: RunResult, arm: str, window: list[RunResult], cache: _NightCache, policy: NightlyPolicy, z: float
+) -> MetricTrend | None:
+    """Tonight's capacity of ``arm`` against the median of the window's bracketed capacities.
+
+    Its within-night error is the log width of tonight's bootstrap interval (``ci_load``, at the sweep
+    analysis' ``CI_LEVEL``) read as a normal one; the night-to-night spread is the history's, as for
+    every metric. Censored tonight: reported, never flagged; censored nights are not in the baseline.
+    """
+    cap = cache.capacity(night, arm)
+    sweep = night.config.sweep
+    if cap is None or sweep is None:
+        return None
+    past = [c.capacity_load for r in window if (c := cache.capacity(r, arm)) is not None and c.censored == "none"]
+    logs = np.array([math.log(v) for v in past if v is not None and v > 0])
+    tonight = cap.capacity_load
+    baseline = float(np.exp(np.median(logs))) if logs.size else None
+    ratio = ci = spread = None
+    note = None
+    flagged = False
+    if cap.censored != "none":
+        note = f"capacity {cap.text}: the sweep does not bracket it, reported, never flagged"
+    elif tonight is not None and tonight > 0 and baseline is not None:
+        ratio = tonight / baseline
+        lo_hi = cap.ci_load
+        se_night = math.nan
+        if lo_hi is not None and lo_hi[0] > 0:
+            se_night = math.log(lo_hi[1] / lo_hi[0]) / (2 * stats.z_two_sided(1 - CI_LEVEL))
+        if logs.size >= policy.min_history_nights and math.isfinite(se_night):
+            mad_sd = MAD_TO_SD * float(np.median(np.abs(logs - np.median(logs))))
+            spread = math.exp(mad_sd) - 1
+            se = math.sqrt(se_night**2 + mad_sd**2 * (1 + math.pi / (2 * logs.size)))
+            lr = math.log(ratio)
+            ci = (math.exp(lr - z * se), math.exp(lr + z * se))
+            flagged = ci[1] < 1 and abs(ratio - 1) >= policy.min_effect
+    return MetricTrend(
+        arm=arm,
+        metric=CAPACITY_KEY,
+        label="capacity at SLO",
+        unit=sweep.load_unit,
+        higher_is_better=True,
+        tonight=tonight,
+        requests=sum(1 for r in measured(night.arm(arm).records)),
+        baseline=baseline,
+        baseline_nights=int(logs.size),
+        ratio=ratio,
+        ci=ci,
+        night_to_night_rel=spread,
+        mann_whitney_p=None,
+        flagged=flagged,
+        consecutive_flagged=1 if flagged else 0,
+        regression=False,
+        note=note,
+    )
+
+
+COMPARABLE_CONFIG_KEYS = ("model", "engine", "client", "workload", "placement", "rounds", "sweep")
+"""Config sections that must match for two nights to be compared (a changed workload is not a regression;
+nor are other sweep levels: a level is compared with the same level of nights with the same sweep)."""
 
 
 def _comparable_config(config: ExperimentConfig) -> dict[str, object]:
@@ -211,6 +340,11 @@ def _comparable_config(config: ExperimentConfig) -> dict[str, object]:
     if isinstance(model, dict):
         out["model"] = {k: v for k, v in model.items() if k != "served_name"}
     return out
+
+
+def _sweep_text(run: RunResult) -> str:
+    sweep = run.config.sweep
+    return "no sweep" if sweep is None else "levels " + ", ".join(lv.label() for lv in sweep.levels)
 
 
 def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPolicy | None = None) -> NightlyVerdict:
@@ -227,8 +361,10 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
         (r for r in before if _comparable_config(r.config) == mine), key=lambda r: (r.started_at, r.run_id)
     )
     changed = len(before) - len(earlier)
+    other_sweep = [r for r in before if r.config.sweep != result.config.sweep]
     cache = _NightCache(policy)
-    n_checks = max(1, len(result.arms) * len(_metric_indices(policy)))
+    n_capacity = len(result.arms) if result.config.sweep is not None else 0
+    n_checks = max(1, len(cache.names(result)) * len(_metric_indices(policy)) + n_capacity)
     z = stats.z_one_sided(1 - policy.alpha / n_checks)
     checks = _check_night(result, earlier, policy, cache, z)
     # Walk back night by night while the flags keep holding: each judged against its own past.
@@ -262,6 +398,17 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     notes = []
     if changed:
         notes.append(f"{changed} earlier night(s) ran a different model/engine/workload config: not in the baseline")
+    if other_sweep:
+        notes.append(
+            f"{len(other_sweep)} of them ran a different sweep ({_sweep_text(other_sweep[-1])} instead of "
+            f"{_sweep_text(result)}): a level is only compared with the same level of the same sweep"
+        )
+    if result.config.sweep is not None:
+        notes.append(
+            f"sweep: each arm gated per level ({len(result.config.sweep.levels)} levels, on each level's measured "
+            "requests, warm-up share excluded, no steady-state cut) and on its capacity at the SLO; "
+            f"{n_checks} checks in tonight's Bonferroni family"
+        )
     for comp in analysis.noise_floor:
         beyond = [
             m.label
@@ -277,7 +424,7 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     if regressions:
         status: Literal["regression", "ok", "insufficient_history"] = "regression"
         worst = sorted(regressions, key=lambda t: -abs(math.log(t.ratio or 1.0)))
-        listed = ", ".join(f"{t.arm} {t.label} x{t.ratio:.3f}" for t in worst[:4] if t.ratio is not None)
+        listed = ", ".join(f"{t.name} x{t.ratio:.3f}" for t in worst[:4] if t.ratio is not None)
         more = f" and {len(worst) - 4} more" if len(worst) > 4 else ""
         reason = f"regression on {policy.consecutive_nights} consecutive nights: {listed}{more}"
     elif len(earlier) < policy.min_history_nights:

@@ -5,6 +5,10 @@ its batch neighbours, so ITL is kept grouped by request (CSR layout) and resampl
 Rounds (``RequestRecord.round``, 0 in files written before rounds existed) are the second level.
 Output-token arrival times are kept too (CSR, with weights summing to the tokens the server
 reported), so rates can be cut into time blocks exactly as ``workloads.metrics`` does.
+
+A request's schedule slot pairs it across arms. With a sweep, request indices restart at 0 at every
+level, so the slot is made of the level and the index (``record_slot``), and each round's levels (each
+a replay of its own, its clock from 0) are laid end to end in level order (``_level_shifts``).
 """
 
 from __future__ import annotations
@@ -65,11 +69,11 @@ class ArmSamples:
     itl_flat_s: FloatArray  # all inter-token latencies, request after request
     itl_offsets: np.ndarray  # request i owns itl_flat_s[itl_offsets[i]:itl_offsets[i + 1]]
     output_tokens: FloatArray
-    start_s: FloatArray  # intended send time: the schedule, identical across arms
+    start_s: FloatArray  # intended send time: the schedule (with a sweep, levels end to end: ``_level_shifts``)
     end_s: FloatArray
     slo_met: np.ndarray  # bool per request
     rounds: np.ndarray  # int per request
-    slots: np.ndarray  # schedule index per request: the same request in every arm and round
+    slots: np.ndarray  # schedule slot per request (``record_slot``): the same request in every arm and round
     token_times_s: FloatArray  # arrival of every timed output token, request after request
     token_weights: FloatArray  # tokens each arrival stands for (server's count / timed tokens)
     token_offsets: np.ndarray  # request i owns token_times_s[token_offsets[i]:token_offsets[i + 1]]
@@ -149,15 +153,61 @@ class ArmSamples:
         return sorted({int(r) for r in self.rounds})
 
 
-def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> ArmSamples:
+def slot_stride(arms_records: Sequence[Sequence[RequestRecord]]) -> int:
+    """Slots one sweep level takes: the run's largest request index plus one (every arm, every record)."""
+    return 1 + max((r.index for recs in arms_records for r in recs), default=0)
+
+
+def record_slot(record: RequestRecord, stride: int) -> int:
+    """The schedule slot of a record, unique per (level, index): a sweep level's indices restart at 0, so
+    level ``k`` takes slots ``[k * stride, (k + 1) * stride)``. Without a sweep the slot is the index."""
+    return (record.level or 0) * stride + record.index
+
+
+def _level_shifts(ok: Sequence[RequestRecord]) -> dict[tuple[int, int], float]:
+    """Per (round, level), the shift laying a round's sweep levels end to end in level order.
+
+    Every level is its own replay with its clock restarting at 0; shifted, a round's window is the sum
+    of its levels' windows (first intended send to last end of each level's requests here), the rate over
+    it is what ``workloads.metrics.arm_rates`` counts (total over the summed windows), and the rate blocks
+    of two arms cover the same levels. The first level of a round stays where it is, so a run without a
+    sweep, or a view of one level, is unchanged.
+    """
+    windows: dict[tuple[int, int], tuple[float, float]] = {}
+    for r in ok:
+        if r.level is None or r.end_s is None:
+            continue
+        key = (record_round(r), r.level)
+        lo, hi = windows.get(key, (r.intended_send_s, r.end_s))
+        windows[key] = (min(lo, r.intended_send_s), max(hi, r.end_s))
+    shifts: dict[tuple[int, int], float] = {}
+    cursor: dict[int, float] = {}
+    for rnd, level in sorted(windows):
+        start, end = windows[(rnd, level)]
+        shift = cursor.get(rnd, start) - start
+        shifts[(rnd, level)] = shift
+        cursor[rnd] = end + shift
+    return shifts
+
+
+def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec, stride: int | None = None) -> ArmSamples:
     """Arrays of the arm's successful requests with a first token; failures count against goodput only
-    through their absence (they never meet the SLOs)."""
+    through their absence (they never meet the SLOs).
+
+    ``stride``: slots per sweep level (``slot_stride`` over every arm of the run, so all arms agree on
+    the slots); None: from these records alone. With a sweep, times are laid out as ``_level_shifts``
+    says; latencies are differences and do not move.
+    """
     ok = [r for r in records if r.ok and r.ttft_s is not None and r.e2e_s is not None]
+    stride = slot_stride([records]) if stride is None else stride
+    shifts = _level_shifts(ok)
+    shift = np.array([shifts.get((record_round(r), r.level or 0), 0.0) for r in ok], dtype=np.float64)
     itl_lists = [r.itl_s for r in ok]
     offsets = np.concatenate(([0], np.cumsum([len(x) for x in itl_lists]))).astype(np.int64)
     flat = np.fromiter((v for x in itl_lists for v in x), dtype=np.float64, count=int(offsets[-1]))
     events = [token_events(r) for r in ok]
     tok_offsets = np.concatenate(([0], np.cumsum([len(t) for t, _ in events]))).astype(np.int64)
+    token_shift = np.repeat(shift, np.diff(tok_offsets))
     return ArmSamples(
         name=name,
         ttft_s=np.array([r.ttft_s for r in ok], dtype=np.float64),
@@ -166,12 +216,12 @@ def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec) -> Ar
         itl_flat_s=flat,
         itl_offsets=offsets,
         output_tokens=np.array([r.output_tokens or len(r.token_times_s) for r in ok], dtype=np.float64),
-        start_s=np.array([r.intended_send_s for r in ok], dtype=np.float64),
-        end_s=np.array([r.end_s for r in ok], dtype=np.float64),
+        start_s=np.array([r.intended_send_s for r in ok], dtype=np.float64) + shift,
+        end_s=np.array([r.end_s for r in ok], dtype=np.float64) + shift,
         slo_met=np.array([meets_slo(r, slo) for r in ok], dtype=bool),
         rounds=np.array([record_round(r) for r in ok], dtype=np.int64),
-        slots=np.array([r.index for r in ok], dtype=np.int64),
-        token_times_s=np.array([v for t, _ in events for v in t], dtype=np.float64),
+        slots=np.array([record_slot(r, stride) for r in ok], dtype=np.int64),
+        token_times_s=np.array([v for t, _ in events for v in t], dtype=np.float64) + token_shift,
         token_weights=np.array([v for _, w in events for v in w], dtype=np.float64),
         token_offsets=tok_offsets,
     )

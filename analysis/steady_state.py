@@ -10,6 +10,10 @@ stay paired request for request.
 
 ``judged_arms`` is the one entry point: the report's verdicts and the nightly gate both take the
 requests they judge from it, so one night's gate and report always judge the same requests.
+
+Records marked ``warmup`` (a sweep level's warm-up share: sent, never measured) are never judged, in
+any run. A sweep run gets no MSER-5 cut: each level's warm-up share is its warm-up already, and a
+cut on request indices would cut every level at once.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from analysis.samples import ArmSamples, arm_samples
+from analysis.samples import ArmSamples, arm_samples, slot_stride
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
 from workloads.records import RequestRecord
@@ -79,17 +83,24 @@ class JudgedArms:
     cuts: dict[int, int]  # round -> schedule slots excluded as warm-up (0 where none)
 
 
+def measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The records that can be judged: all but a sweep level's warm-up share."""
+    return [r for r in records if not r.warmup]
+
+
 def judged_arms(result: RunResult, slo: SloSpec, rule: SteadyStateRule = "mser5") -> JudgedArms:
-    """Steady-state samples of the run's ok arms with at least two successful requests."""
-    ok_arms = [a.records for a in result.arms if a.status == "ok"]
-    cuts = warmup_slots(ok_arms) if rule == "mser5" else {}
+    """Steady-state samples of the run's ok arms with at least two successful requests (warm-up share
+    records never; a sweep run without the MSER-5 cut)."""
+    ok_arms = [measured(a.records) for a in result.arms if a.status == "ok"]
+    cuts = warmup_slots(ok_arms) if rule == "mser5" and result.config.sweep is None else {}
+    stride = slot_stride([a.records for a in result.arms])
     samples: dict[str, ArmSamples] = {}
     skipped: dict[str, str] = {}
     for arm in result.arms:
         if arm.status != "ok":
             skipped[arm.name] = f"arm {arm.status}: {arm.failure_reason or 'no reason recorded'}"
             continue
-        s = arm_samples(arm.name, steady(arm.records, cuts), slo)
+        s = arm_samples(arm.name, steady(measured(arm.records), cuts), slo, stride)
         if s.n < 2:
             skipped[arm.name] = f"only {s.n} successful request(s)"
         else:

@@ -796,3 +796,38 @@ def analyse_sweep(result: RunResult, settings: AnalysisSettings | None = None) -
         skipped_arms=skipped,
         notes=notes,
     )
+
+
+def arm_capacities(
+    result: RunResult, resamples: int, seed: int = 0, slo: SloSpec | None = None
+) -> dict[str, ArmCapacity]:
+    """Capacity of every usable arm as ``analyse_sweep`` computes it (the same level cells, the same slot
+    bootstrap inside every level and round, ``resamples`` replicates from ``seed``), without the per-level
+    analyses: what the nightly gate needs of every night. The estimate is ``analyse_sweep``'s; the interval
+    comes from draws of its own. Empty for a run without a sweep."""
+    sweep = result.config.sweep
+    if sweep is None:
+        return {}
+    slo = slo or result.config.slo
+    tp = result.config.engine.tensor_parallel_size
+    rng = np.random.default_rng(seed)
+    labels = [lv.label() for lv in sweep.levels]
+    loads = [lv.load for lv in sweep.levels]
+    by_load = sorted(range(len(loads)), key=lambda i: (loads[i], i))
+    ok_arms = [a for a in result.arms if a.status == "ok"]
+    cells: dict[tuple[str, int], _Cell] = {}
+    for i in range(len(sweep.levels)):
+        by_arm = {a.name: recs for a in ok_arms if (recs := [r for r in a.records if r.level == i and not r.warmup])}
+        counts = _level_counts(by_arm, resamples, rng) if by_arm else {}
+        for arm, recs in by_arm.items():
+            cells[(arm, i)] = _Cell.of(arm, i, recs, counts[arm], slo, tp)
+    out: dict[str, ArmCapacity] = {}
+    for a in ok_arms:
+        if not any((a.name, i) in cells for i in by_load):
+            continue
+        empty = np.ones((resamples + 1, 0), dtype=np.int64)
+        arm_cells = [cells.get((a.name, i)) or _Cell.of(a.name, i, [], empty, slo, tp) for i in by_load]
+        al = _ArmLevels(a.name, arm_cells, [loads[i] for i in by_load], [labels[i] for i in by_load], resamples + 1,
+                        sweep.capacity_attainment)  # fmt: skip
+        out[a.name] = _capacity(al, sweep.load_unit)
+    return out

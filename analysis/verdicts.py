@@ -25,7 +25,7 @@ from pydantic import Field
 from analysis import design, stats
 from analysis.compilation import compile_check
 from analysis.samples import ArmSamples, arm_control_of
-from analysis.steady_state import SteadyStateRule, judged_arms
+from analysis.steady_state import SteadyStateRule, judged_arms, measured
 from common.strict import StrictModel
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
@@ -277,6 +277,20 @@ def choose_baseline(result: RunResult, usable: list[str], wanted: str | None) ->
     return candidates[0] if candidates else None
 
 
+def _pooled_levels_note(result: RunResult) -> str | None:
+    """For a sweep run whose records span several levels: what its whole-run comparison is."""
+    if result.config.sweep is None:
+        return None
+    levels = {r.level for a in result.arms for r in a.records if r.level is not None and not r.warmup}
+    if len(levels) < 2:
+        return None  # one level's view (the sweep analysis judges each level so)
+    return (
+        f"sweep run: these whole-run numbers pool all {len(levels)} load levels (each level's warm-up share "
+        "excluded, no steady-state cut; requests paired by level and index); the per-level verdicts and the "
+        "frontier are in the sweep section"
+    )
+
+
 def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> RunAnalysis:
     """Every ok arm against the baseline; each A/A control against the arm it copies (the noise floor)."""
     settings = settings or AnalysisSettings()
@@ -287,6 +301,7 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
     comparisons = compare_arms(
         judged.samples, {a.name: arm_control_of(a) for a in result.arms}, base, settings, placement
     )
+    pooled = _pooled_levels_note(result)
     checked = []
     for c in comparisons:
         chk = compile_check(result.arm(c.a_arm), result.arm(c.b_arm))
@@ -296,7 +311,7 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
                     "confounded_by_compilation": chk.confounded,
                     "compiles_a": chk.compiles_a,
                     "compiles_b": chk.compiles_b,
-                    "notes": c.notes + ([chk.note] if chk.note else []),
+                    "notes": c.notes + ([chk.note] if chk.note else []) + ([pooled] if pooled else []),
                 }
             )
         )
@@ -309,5 +324,5 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
         comparisons=checked,
         warmup_excluded={k: v for k, v in judged.cuts.items() if v},
         skipped_arms=judged.skipped,
-        arm_rates={a.name: arm_rates(a.records, slo) for a in result.arms if a.records},
+        arm_rates={a.name: arm_rates(measured(a.records), slo) for a in result.arms if measured(a.records)},
     )
