@@ -339,7 +339,7 @@ def render_html(
 <p>Experiment <b>{escape(result.experiment)}</b>, status <b>{escape(result.status)}</b>,
 {escape(result.started_at)} to {escape(result.finished_at)}; {result.schedule.requests} requests per arm over
 {result.schedule.duration_s:.1f} s of schedule. Baseline arm: <b>{escape(str(analysis.baseline_arm))}</b>.
-{escape(warmup_sentence(analysis))} Goodput SLOs: {escape(analysis.slo.describe())}.</p>
+{escape(warmup_sentence(analysis, result))} Goodput SLOs: {escape(analysis.slo.describe())}.</p>
 <p class="muted">Command: <code>{escape(" ".join(result.command))}</code>.
 Bootstrap: {analysis.settings.bootstrap_resamples} resamples, seed {analysis.settings.seed},
 family-wise alpha {analysis.settings.alpha}, minimum effect

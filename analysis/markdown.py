@@ -155,7 +155,13 @@ def nightly_markdown(v: NightlyVerdict) -> list[str]:
     return lines
 
 
-def warmup_sentence(analysis: RunAnalysis) -> str:
+def warmup_sentence(analysis: RunAnalysis, result: RunResult | None = None) -> str:
+    sweep = result.config.sweep if result is not None else None
+    if sweep is not None:
+        return (
+            f"Warm-up: each sweep level's warm-up share (default {sweep.warmup_fraction:.0%} of its first requests) "
+            "is excluded; no MSER-5 cut."
+        )
     if analysis.settings.steady_state == "none":
         return "Warm-up: every request kept (steady-state check off)."
     if not analysis.warmup_excluded:
@@ -354,7 +360,7 @@ def render_markdown(
         "",
         f"Experiment `{result.experiment}`, status **{result.status}**, {result.started_at} to {result.finished_at}.",
         f"Goodput SLOs: {analysis.slo.describe()}. Baseline arm: `{analysis.baseline_arm}`.",
-        warmup_sentence(analysis),
+        warmup_sentence(analysis, result),
         "",
     ]
     if nightly is not None:
