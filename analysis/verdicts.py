@@ -164,7 +164,11 @@ def compare_samples(
     pa, pb = stats.point_values(a, shared), stats.point_values(b, shared)
     z = stats.z_two_sided(alpha_j)
     aa_rel = [np.abs(np.expm1(e.log_ratio)) for _, e in controls]
-    aa_noise = np.nanmax(np.stack(aa_rel), axis=0) if aa_rel else np.full(m, np.nan)
+    aa_noise = np.full(m, np.nan)
+    if aa_rel:  # a metric no control could measure (a p99 on few requests) stays NaN: no all-NaN warning
+        stacked = np.stack(aa_rel)
+        seen = ~np.all(np.isnan(stacked), axis=0)
+        aa_noise[seen] = np.nanmax(stacked[:, seen], axis=0)
     k = est.pairs
     mwu: dict[str, float | None] = {}
     for spec in stats.METRICS:
