@@ -118,7 +118,7 @@ def sweep_row() -> list[object]:
         ts(
             "Sweep: current level",
             "short",
-            [Query(f"max by (arm, level) (moeperf_sweep_level_active{S}) > 0", "{{arm}} {{level}}")],
+            [Query(f"max by (arm, level) (moeperf_sweep_level_active{sel(node=False)}) > 0", "{{arm}} {{level}}")],
             "The sweep level each arm is replaying now (one series per arm and level while it runs). Empty for "
             "a run without a sweep.",
             span=8,

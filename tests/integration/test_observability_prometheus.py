@@ -40,8 +40,9 @@ ALLOWED_EMPTY = {
     "moeperf_triton_": "Triton JIT events: vLLM's CPU build runs no Triton kernels, so nothing compiles",
 }
 ARMS = ("baseline", "all-optimizations")
-LEVELS = {1: 8, 2: 8, 4: 12}
-"""Concurrency -> requests of the sweep's levels."""
+LEVELS = {2: 8, 3: 9, 4: 12}
+"""Request rate (req/s, evenly spaced) -> requests of the sweep's levels: about 3-4 s each, so that every
+engine is up for several of Prometheus's 1 s scrapes even on a loaded box."""
 WARMUP_FRACTION = 0.25
 REQUESTS = sum(LEVELS.values())
 
@@ -106,7 +107,7 @@ class SweepRun:
 
 @pytest.fixture(scope="module")
 def sweep_run(tmp_path_factory, prometheus, ray_tmp) -> SweepRun:
-    """One real run shared by this module's tests: two arms by three closed-loop levels on vLLM CPU engines."""
+    """One real run shared by this module's tests: two arms by three rate levels on vLLM CPU engines."""
     prom, targets = prometheus
     tmp_path = tmp_path_factory.mktemp("obs-sweep")
     exp = small_experiment(
@@ -114,7 +115,8 @@ def sweep_run(tmp_path_factory, prometheus, ray_tmp) -> SweepRun:
         workload={"trace": {"kind": "synthetic", "num_requests": max(LEVELS.values()), "input_tokens": 16,
                             "output_tokens": 8}},
         sweep={
-            "levels": [{"kind": "concurrency", "concurrency": c, "requests": n} for c, n in LEVELS.items()],
+            "levels": [{"kind": "rate", "rate_rps": r, "process": "constant", "requests": n}
+                       for r, n in LEVELS.items()],
             "warmup_fraction": WARMUP_FRACTION,
         },
         metrics={"targets_dir": str(targets), "ray_dashboard": True, "final_scrape_timeout_s": 20},
@@ -139,9 +141,9 @@ def test_two_arms_by_three_levels_every_record_has_its_level_and_each_level_its_
     assert result.status == "ok" and [a.name for a in result.arms] == list(ARMS)
     for arm in result.arms:
         assert arm.status == "ok" and arm.requests_succeeded == sum(LEVELS.values())
-        assert [lv.label for lv in arm.levels] == [f"c={c}" for c in LEVELS]
-        for lv, (c, n) in zip(arm.levels, LEVELS.items(), strict=True):
-            assert lv.load == c and lv.load_unit == "concurrency" and lv.requests_planned == n
+        assert [lv.label for lv in arm.levels] == [f"{r} req/s" for r in LEVELS]
+        for lv, (r, n) in zip(arm.levels, LEVELS.items(), strict=True):
+            assert lv.load == r and lv.load_unit == "req/s" and lv.requests_planned == n
             assert lv.warmup_requests == math.ceil(WARMUP_FRACTION * n)
             assert lv.summary is not None and lv.summary.ttft_s.count == n - lv.warmup_requests
             recs = [r for r in arm.records if r.level == lv.index]
@@ -154,7 +156,7 @@ def test_two_arms_by_three_levels_every_record_has_its_level_and_each_level_its_
                   for i in range(3)]  # fmt: skip
         ends = [max(r.end_s for r in arm.records if r.level == i and r.end_s is not None) for i in range(3)]
         assert all(starts[i] + firsts[i] > starts[i - 1] + ends[i - 1] for i in (1, 2))  # drained in between
-    assert "arm baseline: level c=4 (12 requests)" in sweep_run.stdout
+    assert "arm baseline: level 4 req/s (12 requests)" in sweep_run.stdout
 
 
 def test_every_dashboard_query_returns_data_from_a_real_run(sweep_run):
