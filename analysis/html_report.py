@@ -24,6 +24,7 @@ from analysis.markdown import (
     level_verdict_rows,
     rate_rows,
     rates_sentence,
+    report_sweep,
     sweep_comparison_header,
     sweep_comparison_rows,
     sweep_level_rows,
@@ -33,7 +34,7 @@ from analysis.markdown import (
 from analysis.nightly import NightlyVerdict
 from analysis.samples import arm_control_of, record_round
 from analysis.svg import BandSeries, Series, cdf_series, frontier_chart, line_chart
-from analysis.sweep import SweepAnalysis, analyse_sweep
+from analysis.sweep import SweepAnalysis
 from analysis.verdicts import ArmComparison, RunAnalysis
 from result_format.run_result import ArmResult, RunResult
 
@@ -323,10 +324,8 @@ def render_html(
     nightly: NightlyVerdict | None = None,
     sweep: SweepAnalysis | None = None,
 ) -> str:
-    """The page; a run with a sweep gets its sweep section (``sweep``, else analysed here with the settings of
-    ``analysis``)."""
-    if sweep is None and result.config.sweep is not None:
-        sweep = analyse_sweep(result, analysis.settings)
+    """The page; a run with a sweep gets its sweep section (see ``markdown.report_sweep``)."""
+    sweep = report_sweep(result, analysis, sweep)
     ordered = [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]
     comparisons = "".join(_comparison(c) for c in ordered)
     comparisons = comparisons or "<p>No comparison: fewer than two usable arms.</p>"

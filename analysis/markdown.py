@@ -345,16 +345,22 @@ def sweep_markdown(sweep: SweepAnalysis) -> list[str]:
     return lines
 
 
+def report_sweep(result: RunResult, analysis: RunAnalysis, sweep: SweepAnalysis | None) -> SweepAnalysis | None:
+    """What a report's sweep section shows: ``sweep`` if given, else for a run with a sweep its analysis with the
+    settings of ``analysis``; None for a run without one (the Markdown and the HTML report alike)."""
+    if sweep is None and result.config.sweep is not None:
+        sweep = analyse_sweep(result, analysis.settings)
+    return sweep
+
+
 def render_markdown(
     result: RunResult,
     analysis: RunAnalysis,
     nightly: NightlyVerdict | None = None,
     sweep: SweepAnalysis | None = None,
 ) -> str:
-    """The report; a run with a sweep gets its sweep section (``sweep``, else analysed here with the settings of
-    ``analysis``)."""
-    if sweep is None and result.config.sweep is not None:
-        sweep = analyse_sweep(result, analysis.settings)
+    """The report; a run with a sweep gets its sweep section (see ``report_sweep``)."""
+    sweep = report_sweep(result, analysis, sweep)
     lines = [
         f"# moeperf report: {result.run_id}",
         "",

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import ClassVar
 
 import numpy as np
 
@@ -39,6 +40,64 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
 
 
+@dataclass(frozen=True)
+class _Axes:
+    """The plot area of one chart (``WIDTH_PX`` by ``HEIGHT_PX`` less ``MARGIN``) over data ranges
+    [x0, x1] and [y0, y1]: where a value is drawn, and the parts every chart has."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    pw: ClassVar[int] = WIDTH_PX - MARGIN["left"] - MARGIN["right"]
+    ph: ClassVar[int] = HEIGHT_PX - MARGIN["top"] - MARGIN["bottom"]
+
+    def px(self, x: float) -> float:
+        return MARGIN["left"] + (x - self.x0) / (self.x1 - self.x0) * self.pw
+
+    def py(self, y: float) -> float:
+        return MARGIN["top"] + self.ph - (y - self.y0) / (self.y1 - self.y0) * self.ph
+
+    def frame(self, svg_class: str, title: str, series_count: int, x_label: str, y_label: str) -> list[str]:
+        """The opening ``<svg>`` (not closed), title, plot frame, ticks on both axes and the axis labels."""
+        pw, ph, px, py = self.pw, self.ph, self.px, self.py
+        parts = [
+            f'<svg class="{svg_class}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{HEIGHT_PX}" '
+            f'viewBox="0 0 {WIDTH_PX} {HEIGHT_PX}" role="img" aria-label="{escape(title)}" '
+            f'data-series-count="{series_count}">',
+            f'<text x="{WIDTH_PX / 2}" y="18" text-anchor="middle" class="title">{escape(title)}</text>',
+            f'<rect x="{MARGIN["left"]}" y="{MARGIN["top"]}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
+        ]
+        for t in _nice_ticks(self.x0, self.x1):
+            parts.append(
+                f'<line x1="{px(t):.1f}" y1="{MARGIN["top"] + ph}" x2="{px(t):.1f}" y2="{MARGIN["top"] + ph + 4}" '
+                f'stroke="#666"/><text x="{px(t):.1f}" y="{MARGIN["top"] + ph + 16}" text-anchor="middle" '
+                f'class="tick">{_fmt(t)}</text>'
+            )
+        for t in _nice_ticks(self.y0, self.y1):
+            parts.append(
+                f'<line x1="{MARGIN["left"]}" y1="{py(t):.1f}" x2="{MARGIN["left"] + pw}" y2="{py(t):.1f}" '
+                f'stroke="#eee"/><text x="{MARGIN["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end" '
+                f'class="tick">{_fmt(t)}</text>'
+            )
+        parts.append(
+            f'<text x="{MARGIN["left"] + pw / 2}" y="{HEIGHT_PX - 8}" text-anchor="middle" class="axis">'
+            f"{escape(x_label)}</text>"
+            f'<text transform="translate(14,{MARGIN["top"] + ph / 2}) rotate(-90)" text-anchor="middle" '
+            f'class="axis">{escape(y_label)}</text>'
+        )
+        return parts
+
+    def legend(self, i: int, count: int, name: str, color: str) -> str:
+        """Series ``i`` of ``count`` in the legend: a row above the plot area, where it can never hide a curve."""
+        ly = 38
+        lx = MARGIN["left"] + i * (self.pw // max(1, count))
+        return (
+            f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
+            f'<text x="{lx + 24}" y="{ly}" class="legend">{escape(name)}</text>'
+        )
+
+
 def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str, step: bool = False) -> str:
     """One chart; an empty ``series`` (or all empty) gives a placeholder saying there is nothing to plot."""
     drawn = [s for s in series if len(s.xs) > 0]
@@ -50,40 +109,9 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
     y0, y1 = min(0.0, float(np.nanmin(ys_all))), float(np.nanmax(ys_all))
     x1 = x1 if x1 > x0 else x0 + 1.0
     y1 = y1 if y1 > y0 else y0 + 1.0
-    pw = WIDTH_PX - MARGIN["left"] - MARGIN["right"]
-    ph = HEIGHT_PX - MARGIN["top"] - MARGIN["bottom"]
-
-    def px(x: float) -> float:
-        return MARGIN["left"] + (x - x0) / (x1 - x0) * pw
-
-    def py(y: float) -> float:
-        return MARGIN["top"] + ph - (y - y0) / (y1 - y0) * ph
-
-    parts = [
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{HEIGHT_PX}" '
-        f'viewBox="0 0 {WIDTH_PX} {HEIGHT_PX}" role="img" aria-label="{escape(title)}" '
-        f'data-series-count="{len(drawn)}">',
-        f'<text x="{WIDTH_PX / 2}" y="18" text-anchor="middle" class="title">{escape(title)}</text>',
-        f'<rect x="{MARGIN["left"]}" y="{MARGIN["top"]}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
-    ]
-    for t in _nice_ticks(x0, x1):
-        parts.append(
-            f'<line x1="{px(t):.1f}" y1="{MARGIN["top"] + ph}" x2="{px(t):.1f}" y2="{MARGIN["top"] + ph + 4}" '
-            f'stroke="#666"/><text x="{px(t):.1f}" y="{MARGIN["top"] + ph + 16}" text-anchor="middle" '
-            f'class="tick">{_fmt(t)}</text>'
-        )
-    for t in _nice_ticks(y0, y1):
-        parts.append(
-            f'<line x1="{MARGIN["left"]}" y1="{py(t):.1f}" x2="{MARGIN["left"] + pw}" y2="{py(t):.1f}" '
-            f'stroke="#eee"/><text x="{MARGIN["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end" '
-            f'class="tick">{_fmt(t)}</text>'
-        )
-    parts.append(
-        f'<text x="{MARGIN["left"] + pw / 2}" y="{HEIGHT_PX - 8}" text-anchor="middle" class="axis">'
-        f"{escape(x_label)}</text>"
-        f'<text transform="translate(14,{MARGIN["top"] + ph / 2}) rotate(-90)" text-anchor="middle" '
-        f'class="axis">{escape(y_label)}</text>'
-    )
+    ax = _Axes(x0, x1, y0, y1)
+    px, py = ax.px, ax.py
+    parts = ax.frame("plot", title, len(drawn), x_label, y_label)
     for i, s in enumerate(drawn):
         color = PALETTE[i % len(PALETTE)]
         pts: list[str] = []
@@ -97,13 +125,7 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
             f'<polyline class="series" data-arm="{escape(s.name)}" fill="none" stroke="{color}" '
             f'stroke-width="1.8" points="{" ".join(pts)}"><title>{escape(s.name)}</title></polyline>'
         )
-        # Legend in a row above the plot area, where it can never hide a curve.
-        ly = 38
-        lx = MARGIN["left"] + i * (pw // max(1, len(drawn)))
-        parts.append(
-            f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
-            f'<text x="{lx + 24}" y="{ly}" class="legend">{escape(s.name)}</text>'
-        )
+        parts.append(ax.legend(i, len(drawn), s.name, color))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -152,40 +174,9 @@ def frontier_chart(title: str, series: Sequence[BandSeries], x_label: str, y_lab
     pad = 0.05 * (x1 - x0) if x1 > x0 else max(abs(x0) * 0.05, 1.0)
     x0, x1 = x0 - pad, x1 + pad
     y0, y1 = 0.0, max(ys_f) * 1.05 if ys_f and max(ys_f) > 0 else 1.0
-    pw = WIDTH_PX - MARGIN["left"] - MARGIN["right"]
-    ph = HEIGHT_PX - MARGIN["top"] - MARGIN["bottom"]
-
-    def px(x: float) -> float:
-        return MARGIN["left"] + (x - x0) / (x1 - x0) * pw
-
-    def py(y: float) -> float:
-        return MARGIN["top"] + ph - (y - y0) / (y1 - y0) * ph
-
-    parts = [
-        f'<svg class="plot frontier" xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{HEIGHT_PX}" '
-        f'viewBox="0 0 {WIDTH_PX} {HEIGHT_PX}" role="img" aria-label="{escape(title)}" '
-        f'data-series-count="{len(drawn)}">',
-        f'<text x="{WIDTH_PX / 2}" y="18" text-anchor="middle" class="title">{escape(title)}</text>',
-        f'<rect x="{MARGIN["left"]}" y="{MARGIN["top"]}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
-    ]
-    for t in _nice_ticks(x0, x1):
-        parts.append(
-            f'<line x1="{px(t):.1f}" y1="{MARGIN["top"] + ph}" x2="{px(t):.1f}" y2="{MARGIN["top"] + ph + 4}" '
-            f'stroke="#666"/><text x="{px(t):.1f}" y="{MARGIN["top"] + ph + 16}" text-anchor="middle" '
-            f'class="tick">{_fmt(t)}</text>'
-        )
-    for t in _nice_ticks(y0, y1):
-        parts.append(
-            f'<line x1="{MARGIN["left"]}" y1="{py(t):.1f}" x2="{MARGIN["left"] + pw}" y2="{py(t):.1f}" '
-            f'stroke="#eee"/><text x="{MARGIN["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end" '
-            f'class="tick">{_fmt(t)}</text>'
-        )
-    parts.append(
-        f'<text x="{MARGIN["left"] + pw / 2}" y="{HEIGHT_PX - 8}" text-anchor="middle" class="axis">'
-        f"{escape(x_label)}</text>"
-        f'<text transform="translate(14,{MARGIN["top"] + ph / 2}) rotate(-90)" text-anchor="middle" '
-        f'class="axis">{escape(y_label)}</text>'
-    )
+    ax = _Axes(x0, x1, y0, y1)
+    px, py = ax.px, ax.py
+    parts = ax.frame("plot frontier", title, len(drawn), x_label, y_label)
     # Bands first, so no arm's band covers another arm's line.
     for i, s in enumerate(drawn):
         color = PALETTE[i % len(PALETTE)]
@@ -216,11 +207,6 @@ def frontier_chart(title: str, series: Sequence[BandSeries], x_label: str, y_lab
                 f'L{mx:.1f},{my + 6:.1f} L{mx - 6:.1f},{my:.1f} Z" fill="{color}" stroke="#222">'
                 f"<title>{escape(s.marker_label)}</title></path>"
             )
-        ly = 38
-        lx = MARGIN["left"] + i * (pw // max(1, len(drawn)))
-        parts.append(
-            f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
-            f'<text x="{lx + 24}" y="{ly}" class="legend">{escape(s.name)}</text>'
-        )
+        parts.append(ax.legend(i, len(drawn), s.name, color))
     parts.append("</svg>")
     return "".join(parts)

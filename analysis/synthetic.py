@@ -142,26 +142,45 @@ def synthetic_records(
         send, ttft, tpot = _round_arrays(
             schedule, rng, off, ttft_scale, tpot_scale, rate_scale, ttft_median_s, tpot_median_s, sigma
         )
-        for i in range(n_requests):
-            n_out = int(schedule.output_tokens[i])
-            first = float(send[i] + ttft[i])
-            times = [first + k * float(tpot[i]) for k in range(n_out)]
-            out.append(
-                RequestRecord(
-                    index=i,
-                    arm=arm,
-                    round=rnd,
-                    intended_send_s=float(send[i]),
-                    actual_send_s=float(send[i]),
-                    first_token_s=first,
-                    token_times_s=times,
-                    end_s=times[-1],
-                    prompt_tokens_requested=64,
-                    output_tokens_requested=n_out,
-                    prompt_tokens=64,
-                    output_tokens=n_out,
-                )
+        out += timed_records(arm, rnd, send, ttft, tpot, schedule.output_tokens)
+    return out
+
+
+def timed_records(
+    arm: str,
+    rnd: int,
+    send: np.ndarray,
+    ttft: np.ndarray,
+    tpot: np.ndarray,
+    output_tokens: np.ndarray,
+    level: int | None = None,
+    warmup: int = 0,
+) -> list[RequestRecord]:
+    """One round's records (64-token prompts, sent on time) from per-request send time, TTFT, TPOT and output
+    length, tokens evenly spaced; the first ``warmup`` of them are the level's warm-up share."""
+    out = []
+    for i in range(send.size):
+        n_out = int(output_tokens[i])
+        first = float(send[i] + ttft[i])
+        times = [first + k * float(tpot[i]) for k in range(n_out)]
+        out.append(
+            RequestRecord(
+                index=i,
+                arm=arm,
+                round=rnd,
+                level=level,
+                warmup=i < warmup,
+                intended_send_s=float(send[i]),
+                actual_send_s=float(send[i]),
+                first_token_s=first,
+                token_times_s=times,
+                end_s=times[-1],
+                prompt_tokens_requested=64,
+                output_tokens_requested=n_out,
+                prompt_tokens=64,
+                output_tokens=n_out,
             )
+        )
     return out
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.design import Placement
-from analysis.synthetic import EngineOffset, draw_offset
+from analysis.synthetic import EngineOffset, draw_offset, timed_records
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from experiment.slo import SloSpec
 from moe_opt.flags import OptimizationFlags
@@ -106,30 +106,7 @@ def _level_records(
     tpot = truth.tpot_median_s * sched.tpot_factor * rng.lognormal(0.0, sigma, n) * arm.tpot_scale * off.tpot * slow
     if slo.ttft_s is not None:
         ttft = np.where(sched.misses, 1.5 * slo.ttft_s, ttft)
-    out = []
-    for i in range(n):
-        n_out = int(sched.tokens[i])
-        first = float(send[i] + ttft[i])
-        times = [first + k * float(tpot[i]) for k in range(n_out)]
-        out.append(
-            RequestRecord(
-                index=i,
-                arm=arm.name,
-                round=rnd,
-                level=level,
-                warmup=i < warmup,
-                intended_send_s=float(send[i]),
-                actual_send_s=float(send[i]),
-                first_token_s=first,
-                token_times_s=times,
-                end_s=times[-1],
-                prompt_tokens_requested=64,
-                output_tokens_requested=n_out,
-                prompt_tokens=64,
-                output_tokens=n_out,
-            )
-        )
-    return out
+    return timed_records(arm.name, rnd, send, ttft, tpot, sched.tokens, level=level, warmup=warmup)
 
 
 def synthetic_sweep_run(

@@ -28,7 +28,6 @@ from workloads.pacing import ReplayClock, sleep_until
 from workloads.payloads import (
     DEFAULT_AHEAD_BYTES,
     DEFAULT_AHEAD_COUNT,
-    JSON_HEADERS,
     BodyProducer,
     BodySpec,
     PayloadStats,
@@ -37,8 +36,8 @@ from workloads.payloads import (
 )
 from workloads.prompts import request_prompt_ids
 from workloads.records import RequestRecord
-from workloads.schedule import PlannedRequest
-from workloads.sse import HTTP_BODY_CHARS, StreamError, _TokenTimes, classify_error
+from workloads.schedule import PlannedRequest, fold_chains
+from workloads.sse import classify_error, stream_completion
 from workloads.timer import PreciseTimer
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
@@ -105,24 +104,8 @@ def replay_deadline_s(
     bound). Anything still running past this is stuck, not slow.
     """
     timeout = settings.request_timeout_s
-    by_index = {r.index: r for r in requests}
-    ends: dict[int, float] = {}
-
-    def end(r: PlannedRequest) -> float:
-        chain = []  # walk up to the root iteratively: chains can be long
-        while r.index not in ends and r.after_index is not None and r.after_index in by_index:
-            chain.append(r)
-            if len(chain) > len(by_index):
-                raise ValueError(f"request #{r.index}: after_index chain has a cycle")
-            r = by_index[r.after_index]
-        if r.index not in ends:
-            ends[r.index] = r.send_offset_s + timeout
-        t = ends[r.index]
-        for c in reversed(chain):
-            t = ends[c.index] = t + c.think_time_s + timeout
-        return t
-
-    worst = max((end(r) for r in requests), default=0.0)
+    ends = fold_chains(requests, lambda r: r.send_offset_s + timeout, lambda t, c: t + c.think_time_s + timeout)
+    worst = max((ends[r.index] for r in requests), default=0.0)
     if settings.max_in_flight:
         worst += math.ceil(len(requests) / settings.max_in_flight) * timeout
     return worst + margin_s
@@ -141,25 +124,6 @@ def _body_spec(s: ClientSettings) -> BodySpec:
 
 Body = bytes | dict[str, Any]  # finished bytes ("ahead"), or the inline path's dict for aiohttp to serialise
 PendingBody = Body | asyncio.Future[bytes]  # a future while the producer has not built it yet
-
-
-async def _stream_completion(
-    session: aiohttp.ClientSession, url: str, rec: RequestRecord, body: Body, clock: ReplayClock
-) -> None:
-    """``workloads.sse.stream_completion`` for a body that may already be bytes: posted as they are (``data=``
-    with a JSON content type), so aiohttp serialises nothing on the loop."""
-    tokens = _TokenTimes()
-    post = (
-        session.post(url, data=body, headers=JSON_HEADERS) if isinstance(body, bytes) else session.post(url, json=body)
-    )
-    async with post as resp:
-        rec.http_status = resp.status
-        if resp.status != 200:
-            text = (await resp.text())[:HTTP_BODY_CHARS]
-            raise StreamError("http", f"HTTP {resp.status}: {text}")
-        async for data in resp.content.iter_any():  # read to the end of the body: the connection is reused
-            tokens.feed(data, clock.now_s())
-    tokens.fill(rec, clock.now_s())
 
 
 def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: float | None) -> RequestRecord:
@@ -318,7 +282,7 @@ class _Replay:
         rec = _record(req, self.s, intended_s, self.clock.now_s())
         rec.cap_wait_s = cap_wait_s
         try:
-            await _stream_completion(self.session, self.url, rec, body, self.clock)
+            await stream_completion(self.session, self.url, rec, body, self.clock)
         except Exception as e:  # an error is a record, never a crash
             rec.error_kind, rec.error = classify_error(e)
             rec.end_s = self.clock.now_s()

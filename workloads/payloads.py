@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.prompts import ids_json, request_prompt_array
-from workloads.schedule import PlannedRequest
+from workloads.schedule import PlannedRequest, fold_chains
 
 DEFAULT_AHEAD_COUNT = 2048
 DEFAULT_AHEAD_BYTES = 64 << 20  # 1,600 bodies of 8,000 tokens of a 150k vocabulary
-JSON_HEADERS = {"Content-Type": "application/json"}
 _PROMPT_MARK = "\0moeperf-prompt\0"
 _PROMPT_MARK_JSON = json.dumps(_PROMPT_MARK).encode()
 
@@ -81,21 +80,7 @@ def build_order(requests: Sequence[PlannedRequest]) -> list[PlannedRequest]:
     depth in their chain. A chained request can go no earlier than its root's offset plus the think times
     on the way (responses take time, so it usually goes later); a closed loop with no think time thus builds
     every user's first request, then every user's second, and so on."""
-    by_index = {r.index: r for r in requests}
-    key: dict[int, tuple[float, int]] = {}
-    for r in requests:
-        chain = []
-        while r.index not in key and r.after_index is not None and r.after_index in by_index:
-            chain.append(r)
-            if len(chain) > len(by_index):
-                raise ValueError(f"request #{r.index}: after_index chain has a cycle")
-            r = by_index[r.after_index]
-        if r.index not in key:
-            key[r.index] = (r.send_offset_s, 0)
-        t, depth = key[r.index]
-        for c in reversed(chain):
-            t, depth = t + c.think_time_s, depth + 1
-            key[c.index] = (t, depth)
+    key = fold_chains(requests, lambda r: (r.send_offset_s, 0), lambda k, c: (k[0] + c.think_time_s, k[1] + 1))
     return sorted(requests, key=lambda r: (*key[r.index], r.index))
 
 

@@ -9,7 +9,7 @@ request's index, so one request's prompt is not a cached prefix of another's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -17,9 +17,27 @@ import numpy as np
 _BLOCK_DOMAIN = 0x5EED_B10C  # keeps block seeds apart from per-request seeds
 
 
-def prompt_token_ids(index: int, num_tokens: int, vocab_lo: int, vocab_hi: int, seed: int = 0) -> list[int]:
+def _check_range(vocab_lo: int, vocab_hi: int) -> None:
     if not 0 <= vocab_lo < vocab_hi:
         raise ValueError(f"empty token id range [{vocab_lo}, {vocab_hi})")
+
+
+def _segments(num_tokens: int, shared_blocks: Sequence[tuple[int, int]]) -> Iterator[tuple[int | None, int, int]]:
+    """How a prompt of ``num_tokens`` is laid out: ``(key, block tokens, tokens taken)`` for each shared block
+    it opens with (the last one possibly cut), then ``(None, n, n)`` for the ``n`` tokens of its own, if any."""
+    have = 0
+    for key, n in shared_blocks:
+        if have >= num_tokens:
+            break
+        take = min(n, num_tokens - have)
+        yield key, n, take
+        have += take
+    if have < num_tokens:
+        yield None, num_tokens - have, num_tokens - have
+
+
+def prompt_token_ids(index: int, num_tokens: int, vocab_lo: int, vocab_hi: int, seed: int = 0) -> list[int]:
+    _check_range(vocab_lo, vocab_hi)
     rng = np.random.default_rng([seed, index])
     return rng.integers(vocab_lo, vocab_hi, size=num_tokens).tolist()
 
@@ -32,8 +50,7 @@ def _block(key: int, num_tokens: int, vocab_lo: int, vocab_hi: int, seed: int) -
 
 def block_token_ids(key: int, num_tokens: int, vocab_lo: int, vocab_hi: int, seed: int = 0) -> list[int]:
     """A shared block; numpy draws sequentially, so a shorter block with the same key is a prefix of a longer one."""
-    if not 0 <= vocab_lo < vocab_hi:
-        raise ValueError(f"empty token id range [{vocab_lo}, {vocab_hi})")
+    _check_range(vocab_lo, vocab_hi)
     if key < 0:
         raise ValueError(f"block key must be >= 0, got {key}")
     return list(_block(key, num_tokens, vocab_lo, vocab_hi, seed))
@@ -48,25 +65,19 @@ def request_prompt_ids(
     seed: int = 0,
 ) -> list[int]:
     ids: list[int] = []
-    for key, n in shared_blocks:
-        if len(ids) >= num_tokens:
-            break
-        ids += block_token_ids(key, min(n, num_tokens - len(ids)), vocab_lo, vocab_hi, seed)
-    if len(ids) < num_tokens:
-        ids += prompt_token_ids(index, num_tokens - len(ids), vocab_lo, vocab_hi, seed)
+    for key, _, take in _segments(num_tokens, shared_blocks):
+        if key is None:
+            ids += prompt_token_ids(index, take, vocab_lo, vocab_hi, seed)
+        else:
+            ids += block_token_ids(key, take, vocab_lo, vocab_hi, seed)
     return ids
 
 
 # --- the same prompts as numpy arrays and as JSON text, for the body producer (workloads.payloads) ---------
-# The list functions above stay the reference; these draw the same numbers with the same calls, so a body built
-# here holds exactly the ids of ``request_prompt_ids`` (tests/unit/test_client_payloads.py checks it). They
-# exist because an 8,000-token prompt costs about 1.2 ms as ``tolist()`` plus ``json.dumps`` and about 0.1 ms
-# as an array written through a lookup table.
-
-
-def _check_range(vocab_lo: int, vocab_hi: int) -> None:
-    if not 0 <= vocab_lo < vocab_hi:
-        raise ValueError(f"empty token id range [{vocab_lo}, {vocab_hi})")
+# The list functions above stay the reference; these draw the same numbers with the same calls over the same
+# ``_segments``, so a body built here holds exactly the ids of ``request_prompt_ids`` (tests/unit/
+# test_client_payloads.py checks it). They exist because an 8,000-token prompt costs about 1.2 ms as ``tolist()``
+# plus ``json.dumps`` and about 0.1 ms as an array written through a lookup table.
 
 
 @lru_cache(maxsize=4096)
@@ -88,17 +99,13 @@ def request_prompt_array(
     """``request_prompt_ids`` as an int64 array (same ids, same order)."""
     _check_range(vocab_lo, vocab_hi)
     parts: list[np.ndarray] = []
-    have = 0
-    for key, n in shared_blocks:
-        if have >= num_tokens:
-            break
-        if key < 0:
+    for key, n, take in _segments(num_tokens, shared_blocks):
+        if key is None:
+            parts.append(np.random.default_rng([seed, index]).integers(vocab_lo, vocab_hi, size=take))
+        elif key < 0:
             raise ValueError(f"block key must be >= 0, got {key}")
-        take = min(n, num_tokens - have)
-        parts.append(_block_array(key, n, vocab_lo, vocab_hi, seed)[:take])
-        have += take
-    if have < num_tokens:
-        parts.append(np.random.default_rng([seed, index]).integers(vocab_lo, vocab_hi, size=num_tokens - have))
+        else:
+            parts.append(_block_array(key, n, vocab_lo, vocab_hi, seed)[:take])
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 

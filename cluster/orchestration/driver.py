@@ -270,20 +270,7 @@ class Driver:
             schedule.duration_s,
             self.run_dir,
         )
-        runners = [
-            ArmRunner(
-                self.cfg,
-                arm,
-                device,
-                self.run_dir,
-                schedule.requests,
-                self.progress.advance,
-                self.metrics.observe,
-                levels=self.levels,
-                on_level=self._on_level,
-            )
-            for arm in self.cfg.arms
-        ]
+        runners = [self._runner(arm, device, schedule) for arm in self.cfg.arms]
         for r in runners:
             for note in r.notes:
                 logger.info("note: arm %s: %s", r.arm.name, note)
@@ -291,20 +278,27 @@ class Driver:
             name = f"warmup-{setting.name}"
             # The setting's own spec, standing alone: a control arm's target is not in reach of cfg.arm_flags here.
             arm = ArmSpec(name=setting.name, flags=setting.flags, enforce_eager=setting.enforce_eager)
-            runner = ArmRunner(
-                self.cfg,
-                arm,
-                device,
-                self.run_dir,
-                schedule.requests,
-                self.progress.advance,
-                None,  # unmeasured: not in the live client metrics either
-                hooks=hooks_for(self.cfg, name, warmup=True),
-                name=name,
-                levels=self.levels,
-            )
-            self.warmups[setting.name] = _Warmup(setting, runner)
+            self.warmups[setting.name] = _Warmup(setting, self._runner(arm, device, schedule, warmup_name=name))
         return runners
+
+    def _runner(self, arm: ArmSpec, device: Device, schedule: Schedule, warmup_name: str | None = None) -> ArmRunner:
+        """A measured arm's runner; with ``warmup_name``, an unmeasured warm-up pass's under that name: with the
+        warm-up hooks, not in the live client metrics and not reporting its levels to them."""
+        measured = warmup_name is None
+        hooks = None if warmup_name is None else hooks_for(self.cfg, warmup_name, warmup=True)
+        return ArmRunner(
+            self.cfg,
+            arm,
+            device,
+            self.run_dir,
+            schedule.requests,
+            self.progress.advance,
+            self.metrics.observe if measured else None,
+            hooks=hooks,
+            name=warmup_name,
+            levels=self.levels,
+            on_level=self._on_level if measured else None,
+        )
 
     def _run_turns(self, hooks: RunHooks) -> None:
         by_name = {r.arm.name: r for r in self.runners}
