@@ -158,9 +158,11 @@ class BodyProducer:
             if self._error is not None:
                 raise RuntimeError(f"building request bodies failed: {self._error!r}") from self._error
             body = self._ready.pop(req.index, None)
-            if isinstance(body, Exception):  # raised where the old inline build raised: in whoever sends it
+            if isinstance(body, Exception):  # always raised by the request's own task, built yet or not
                 self._cv.notify()
-                raise body
+                failed: asyncio.Future[bytes] = self._loop.create_future()
+                failed.set_exception(body)
+                return failed
             if body is not None:
                 self._ready_bytes -= len(body)
                 self._cv.notify()

@@ -71,7 +71,7 @@ def test_a_client_that_never_ends_is_cut_off_after_its_deadline_and_its_records_
     runner.records_path.parent.mkdir(parents=True)
     with runner.records_path.open("a") as out:
         consumer = threading.Thread(
-            target=runner._consume_shard, args=(_Round(0, time.time(), settings, out, NO_FAULTS), 0)
+            target=runner._consume_shard, args=(_Round(0, time.time(), settings, runner.levels[0], out, NO_FAULTS), 0)
         )
         consumer.start()
         consumer.join(timeout=HANG_GUARD_S)  # only turns the bug under test (a hang) into a failure

@@ -117,7 +117,11 @@ HANG_GUARD_S = 120.0
 BAD_BLOCK = ((-1, 2),)  # a shared block key the prompt builder refuses: building this request's payload raises
 
 
-def test_a_dispatcher_that_raises_ends_the_replay_with_its_reason():
+@pytest.mark.parametrize(("payloads", "where"), [("inline", "in the dispatcher"), ("ahead", "in request #1")])
+def test_a_request_whose_body_cannot_be_built_ends_the_replay_with_its_reason(payloads, where):
+    """Inline, the dispatcher builds each body and raises itself; built ahead, the failure is always the
+    request's own task's, whether the producer had built it when it was taken or not (no race)."""
+
     async def main():
         runner, url = await serve(streaming_handler)
         try:
@@ -125,13 +129,13 @@ def test_a_dispatcher_that_raises_ends_the_replay_with_its_reason():
                 PlannedRequest(index=0, send_offset_s=0, prompt_tokens=3, max_tokens=2),
                 PlannedRequest(index=1, send_offset_s=0, prompt_tokens=3, max_tokens=2, shared_blocks=BAD_BLOCK),
             ]
-            return await replay_until_it_ends(reqs, settings(url))
+            return await replay_until_it_ends(reqs, settings(url, payloads=payloads))
         finally:
             await runner.cleanup()
 
     _, err = asyncio.run(main())
     assert isinstance(err, ReplayFailed), err
-    assert "in the dispatcher" in str(err) and "block key must be >= 0" in str(err)
+    assert where in str(err) and "block key must be >= 0" in str(err), str(err)
 
 
 def test_a_send_task_that_raises_ends_the_replay_after_the_records_finished_before_it():

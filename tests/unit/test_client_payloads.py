@@ -150,8 +150,9 @@ def test_a_body_that_cannot_be_built_fails_only_its_own_request():
 
     async def scenario(p, built_on):
         await p.primed()
+        failed = p.take(reqs[2])  # a failed future, as when it is taken before the thread reached it
         with pytest.raises(ValueError, match="no such block"):
-            p.take(reqs[2])
+            await failed
         return [p.take(r) for r in reqs if r.index != 2]
 
     assert run_producer(reqs, scenario, build=build) == [b"{}"] * 3
