@@ -30,6 +30,14 @@ def ray_head(tmp_path):
             "127.0.0.1",
             "--dashboard-port",
             str(dash_port),
+            # The job agent's ports too: with Ray's fixed defaults (52365 ...) a second Ray on the machine (another
+            # run, another test session) keeps this head's agent from starting, and no job can be submitted.
+            "--dashboard-agent-listen-port",
+            str(loopback_port()),
+            "--dashboard-agent-grpc-port",
+            str(loopback_port()),
+            "--runtime-env-agent-port",
+            str(loopback_port()),
             "--num-cpus",
             "2",
             "--disable-usage-stats",
