@@ -291,7 +291,8 @@ class ArmRunner:
         try:
             before = self._engine_samples()
             faults = self.hooks.round_faults(round_index, self.engine, self.clients)
-            for k, level in enumerate(self._level_order(round_index)):
+            order = self._level_order(round_index)
+            for k, level in enumerate(order):
                 if k:  # the engine serves the next level from idle, at a start of its own
                     if not self._drained(round_index, level):
                         break
@@ -304,7 +305,7 @@ class ArmRunner:
                 if self.on_level is not None:
                     self.on_level(self.name, level)
                 run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
-                if self._round_lost(round_index):
+                if k < len(order) - 1 and self._round_lost(round_index):  # after the last, _check_round looks
                     break
         except BaseException as e:
             if not isinstance(e, KeyboardInterrupt):
@@ -318,10 +319,9 @@ class ArmRunner:
     def _level_order(self, round_index: int) -> list[LevelPlan]:
         """The sweep's levels in this round's order (as listed, reversed on odd rounds): every arm the same."""
         sweep = self.cfg.sweep
-        if sweep is None or self.levels[0].index is None:
+        if sweep is None:
             return self.levels
-        by_index = {lv.index: lv for lv in self.levels}
-        return [by_index[i] for i in sweep.order(round_index)]
+        return [self.levels[i] for i in sweep.order(round_index)]  # planned in listed order: position = index
 
     def _round_lost(self, round_index: int) -> bool:
         """A client lost or the engine gone: the round's later levels are not sent (``_check_round`` says why)."""
@@ -335,7 +335,6 @@ class ArmRunner:
         own queue gauges; an engine that does not drain within ``sweep.drain_timeout_s`` fails the arm."""
         assert self.cfg.sweep is not None
         deadline = time.monotonic() + self.cfg.sweep.drain_timeout_s
-        busy = 0.0
         while True:
             samples = parse_samples(ray.get(self.engine.metrics_text.remote()))
             busy = sum(v for k, v in samples.items() if k.startswith((RUNNING, WAITING)))
