@@ -20,7 +20,7 @@ the client before (``payloads="inline"``) and after (``"ahead"``) and ``vllm ben
   the one number ``vllm bench serve`` can be compared on.
 
 With ``--pin`` the server gets the last CPU and both clients the first one (this process runs the moeperf
-client, its producer and timer threads included). Writes ``bench/results/client_levels_bench-<date>.json``.
+client, its producer thread included). Writes ``bench/results/client_levels_bench-<date>.json``.
 
 Run: python3 -m bench.client_levels_bench --pin [--repeats 2] [--out bench/results]
 """
@@ -34,6 +34,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from workloads.health import HealthProbe
 from workloads.pacing import ReplayClock
 from workloads.payloads import PayloadStats
 from workloads.schedule import PlannedRequest
+from workloads.timer import default_kind
 
 SHORT_PROMPT_TOKENS, OUTPUT_TOKENS = 16, 8
 LEAD_S = 1.0  # the common start is this far ahead, as the arm runner sets it (START_DELAY_S)
@@ -105,7 +107,8 @@ def run_moeperf(url: str, reqs: list[PlannedRequest], mode: str, measured: set[i
 
     _server_log(url)  # clear it
     loop_cpu0 = time.thread_time()  # this thread runs the loop: its CPU time is the sending loop's
-    recs = sorted(asyncio.run(go()), key=lambda r: r.index)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        recs = sorted(runner.run(go()), key=lambda r: r.index)
     loop_cpu_s = time.thread_time() - loop_cpu0
     log = _server_log(url)
     mine = [r for r in recs if r.index in measured]
@@ -137,6 +140,35 @@ def run_moeperf(url: str, reqs: list[PlannedRequest], mode: str, measured: set[i
             d = recv - intended
             out["server_lag_rel_ms"] = _pcts((d - d.min()) * 1000.0)
     return out
+
+
+def _cpu_ticks(cpus: set[int] | None) -> list[int] | None:
+    """/proc/stat's ticks of the client's CPUs (all CPUs when not pinned), summed per column; None off Linux."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    names = {f"cpu{c}" for c in cpus} if cpus else {"cpu"}
+    rows = [[int(v) for v in line.split()[1:]] for line in lines if line.split()[0] in names]
+    return [sum(col) for col in zip(*rows, strict=True)] if rows else None
+
+
+def _stolen_percent(before: list[int] | None, after: list[int] | None) -> float | None:
+    """Share of the client CPUs' time the hypervisor gave to someone else (steal, the 8th column) during a run:
+    on a virtual machine, a run with a large share measured the host's scheduling as much as the client."""
+    if before is None or after is None or len(before) < 8:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return 100.0 * delta[7] / sum(delta) if sum(delta) else None
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when it is installed, as in the client actors (Ray runs async actors on uvloop when it can)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _server_view(log: list[tuple[float, float]], n: int, measured: int) -> dict[str, Any]:
@@ -207,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst-prompt-tokens", type=int, default=8000)
     p.add_argument("--loads", nargs="+", default=["closed", "open", "burst"], choices=["closed", "open", "burst"])
     p.add_argument("--pin", action="store_true", help="Server on the last CPU, both clients on the first.")
+    p.add_argument(
+        "--clients", nargs="+", default=list(CLIENTS), choices=CLIENTS, help="Which clients (vLLM's needs vLLM)."
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     ns = p.parse_args(argv)
     server_cpus = client_cpus = None
@@ -214,9 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         server_cpus, client_cpus = {n - 1}, {0}
         _pin(client_cpus)
 
-    from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
+    clients = tuple(c for c in CLIENTS if c in ns.clients)
+    tokenizer = Path()
+    if "vllm_bench_serve" in clients:
+        from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
 
-    tokenizer = ensure_tiny_model(TinyMoeSpec())
+        tokenizer = ensure_tiny_model(TinyMoeSpec())
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     port = free_port()
@@ -228,13 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             for rep in range(ns.repeats):
-                order = CLIENTS if rep % 2 == 0 else CLIENTS[::-1]
+                order = clients if rep % 2 == 0 else clients[::-1]
                 for load in ns.loads:
                     run: dict[str, Any] = {"load": load, "repeat": rep, "loadavg_1m": os.getloadavg()[0]}
                     for c in order:
+                        ticks = _cpu_ticks(client_cpus)
                         run[c] = _one(load, c, url, ns, tokenizer, work, worker)
+                        run[c]["client_cpus_stolen_percent"] = _stolen_percent(ticks, _cpu_ticks(client_cpus))
                     runs.append(run)
-                    print(f"#{rep} {load}: " + _line(run), flush=True)
+                    print(f"#{rep} {load}: " + _line(run, clients), flush=True)
     finally:
         worker.close()
         server.kill()
@@ -246,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
+        "client_event_loop": "uvloop" if _loop_factory() else "asyncio",
+        "client_http": "workloads.http1 (asyncio.Protocol, kept-alive, connections opened before the first send)",
+        "client_timer": default_kind(),
         "pinned": {"server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or [])},
         "loads": {
             "closed": {"concurrency": ns.closed_concurrency, "turns": ns.closed_turns, "prompt_tokens": 16},
@@ -254,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             "output_tokens": OUTPUT_TOKENS,
             "tokens_per_chunk": 1,
         },
-        "summary": summarize(runs),
+        "summary": summarize(runs, clients),
         "runs": runs,
     }
     ns.out.mkdir(parents=True, exist_ok=True)
@@ -283,9 +326,9 @@ def _one(
     return run_moeperf(url, reqs, client.removeprefix("moeperf_"), measured)
 
 
-def _line(run: dict[str, Any]) -> str:
+def _line(run: dict[str, Any], clients: tuple[str, ...]) -> str:
     parts = []
-    for c in CLIENTS:
+    for c in clients:
         r = run[c]
         if run["load"] == "closed":
             parts.append(f"{c} {r['server']['requests_per_s'] or 0:.0f} req/s")
@@ -303,7 +346,7 @@ def _line(run: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], clients: tuple[str, ...] = CLIENTS) -> dict[str, Any]:
     """Per load and client, each repeat's headline numbers (a list: two repeats have no useful median)."""
     out: dict[str, Any] = {}
     for load in ("closed", "open", "burst"):
@@ -311,12 +354,13 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not mine:
             continue
         out[load] = {}
-        for c in CLIENTS:
+        for c in clients:
             rows = [r[c] for r in mine]
             row: dict[str, Any] = {
                 "all_ok": all(x["ok"] == x["requests"] for x in rows),
                 "server_requests_per_s_each": [x["server"]["requests_per_s"] for x in rows],
                 "server_recv_spread_ms_each": [x["server"]["recv_spread_ms"] for x in rows],
+                "client_cpus_stolen_percent_each": [x["client_cpus_stolen_percent"] for x in rows],
             }
             if c != "vllm_bench_serve":
                 row["dispatch_lag_p99_ms_each"] = [x["dispatch_lag_ms"]["p99"] for x in rows]

@@ -2,13 +2,18 @@
 
 It answers /v1/completions at once, streaming ``max_tokens`` tokens in chunks of
 ``--tokens-per-chunk`` with per-chunk usage (like vLLM with continuous usage stats), and logs,
-per request, when its handler started and when it wrote the first chunk, on CLOCK_MONOTONIC
+per request, when its first byte arrived and when it wrote the first chunk, on CLOCK_MONOTONIC
 (``time.perf_counter``, shared by every process on the machine). GET /log returns and clears
 the log, so a benchmark can see each client's real send times and the server's own share of TTFT.
 
+Why a bare ``asyncio.Protocol`` and not aiohttp's server: measured on one core, aiohttp's server cost about
+400 µs per streamed request, so at 2,000 requests/s the server itself fell behind (TTFT 10-20 ms, a
+thousand connections opened) and what was measured was the server. Here a request costs its parse and
+one write of the whole pre-rendered answer (or one write per chunk with ``--chunk-gap-s``).
+
 A token-id prompt is counted without parsing the body as JSON (``_lengths``): json.loads of an 8,000-id
 list costs this one-core server about 0.3 ms per request, which in a burst of 64 would delay the later
-handlers' start (and so the send times it logs) by the server's own work, not the client's.
+answers by the server's own work, not the client's.
 
 Run: ``python -m bench.stream_server --port 8999``; it prints ``READY <port>`` when listening.
 """
@@ -22,10 +27,11 @@ import re
 import sys
 import time
 
-from aiohttp import web
-
 _MAX_TOKENS = re.compile(rb'"max_tokens"\s*:\s*(\d+)')
 _PROMPT_LIST = re.compile(rb'"prompt"\s*:\s*\[')
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
+
+Log = list[tuple[float, float]]
 
 
 def _lengths(raw: bytes) -> tuple[int, int]:
@@ -43,50 +49,102 @@ def _lengths(raw: bytes) -> tuple[int, int]:
     return n_in, int(t.group(1)) or 1
 
 
-def make_app(tokens_per_chunk: int, chunk_gap_s: float) -> web.Application:
-    log: list[tuple[float, float]] = []
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
-    async def completions(request: web.Request) -> web.StreamResponse:
-        t_recv = time.perf_counter()
-        n_in, n_out = _lengths(await request.read())
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        done, first = 0, 0.0
-        while done < n_out:
-            k = min(tokens_per_chunk, n_out - done)
-            done += k
-            chunk = {
-                "choices": [{"index": 0, "text": "x" * k, "finish_reason": None}],
-                "usage": {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done},
-            }
-            if not first:
-                first = time.perf_counter()
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            if chunk_gap_s and done < n_out:
-                await asyncio.sleep(chunk_gap_s)
-        usage = {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done}
-        await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
-        log.append((t_recv, first))
-        return resp
 
-    async def get_log(request: web.Request) -> web.Response:
-        out = sorted(log)
-        log.clear()
-        return web.json_response(out)
+def sse_events(n_in: int, n_out: int, tokens_per_chunk: int) -> list[bytes]:
+    """The answer's SSE events, each already framed as an HTTP chunk; the last one ends the body."""
+    events, done = [], 0
+    while done < n_out:
+        k = min(tokens_per_chunk, n_out - done)
+        done += k
+        chunk = {
+            "choices": [{"index": 0, "text": "x" * k, "finish_reason": None}],
+            "usage": {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done},
+        }
+        events.append(_chunked(b"data: " + json.dumps(chunk).encode() + b"\n\n"))
+    usage = {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done}
+    events.append(_chunked(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"))
+    events.append(_chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    return events
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
-    async def health(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/log", get_log)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
-    return app
+
+def _json_answer(obj: object) -> bytes:
+    body = json.dumps(obj).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+class _Server(asyncio.Protocol):
+    """One client connection: requests in order, keep-alive, answered as soon as their body is in."""
+
+    def __init__(self, log: Log, tokens_per_chunk: int, chunk_gap_s: float) -> None:
+        self.log, self.per_chunk, self.gap_s = log, tokens_per_chunk, chunk_gap_s
+        self.buf = b""
+        self.first_byte_s: float | None = None
+        self.transport: asyncio.Transport | None = None
+        self.busy = False  # a slow (gapped) answer is being written: later requests wait for it
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.first_byte_s is None:
+            self.first_byte_s = time.perf_counter()
+        self.buf += data
+        self._serve()
+
+    def _serve(self) -> None:
+        while not self.busy:
+            eoh = self.buf.find(b"\r\n\r\n")
+            if eoh < 0:
+                return
+            head = self.buf[: eoh + 2]
+            m = _CONTENT_LENGTH.search(head)
+            length = int(m.group(1)) if m else 0
+            if len(self.buf) < eoh + 4 + length:
+                return
+            body = self.buf[eoh + 4 : eoh + 4 + length]
+            self.buf = self.buf[eoh + 4 + length :]
+            t_recv = self.first_byte_s if self.first_byte_s is not None else time.perf_counter()
+            self.first_byte_s = time.perf_counter() if self.buf else None
+            self._answer(head.split(b" ", 2), body, t_recv)
+
+    def _answer(self, request_line: list[bytes], body: bytes, t_recv: float) -> None:
+        assert self.transport is not None
+        method, path = request_line[0], request_line[1] if len(request_line) > 1 else b""
+        if method == b"POST" and path == b"/v1/completions":
+            events = sse_events(*_lengths(body), self.per_chunk)
+            if self.gap_s:
+                self.busy = True
+                asyncio.get_running_loop().create_task(self._gapped(events, t_recv))
+                return
+            self.transport.write(SSE_HEAD + b"".join(events))
+            self.log.append((t_recv, time.perf_counter()))
+        elif path == b"/log":
+            out = sorted(self.log)
+            self.log.clear()
+            self.transport.write(_json_answer(out))
+        elif path == b"/v1/models":
+            self.transport.write(_json_answer({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        elif path == b"/health":
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        else:
+            self.transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    async def _gapped(self, events: list[bytes], t_recv: float) -> None:
+        assert self.transport is not None
+        self.transport.write(SSE_HEAD + events[0])
+        self.log.append((t_recv, time.perf_counter()))
+        for event in events[1:-2]:
+            await asyncio.sleep(self.gap_s)
+            self.transport.write(event)
+        self.transport.write(b"".join(events[-2:]))
+        self.busy = False
+        self._serve()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,11 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
+    log: Log = []
 
     async def serve() -> None:
-        runner = web.AppRunner(make_app(ns.tokens_per_chunk, ns.chunk_gap_s), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", ns.port, backlog=4096).start()
+        loop = asyncio.get_running_loop()
+        factory = lambda: _Server(log, ns.tokens_per_chunk, ns.chunk_gap_s)  # noqa: E731
+        await loop.create_server(factory, "127.0.0.1", ns.port, backlog=4096)
         print(f"READY {ns.port}", flush=True)
         await asyncio.Event().wait()
 

@@ -21,9 +21,8 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import aiohttp
-
 from workloads.health import HealthProbe
+from workloads.http1 import Http1Pool
 from workloads.pacing import ReplayClock, sleep_until
 from workloads.payloads import (
     DEFAULT_AHEAD_BYTES,
@@ -37,10 +36,13 @@ from workloads.payloads import (
 from workloads.prompts import request_prompt_ids
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest, fold_chains
-from workloads.sse import classify_error, stream_completion
+from workloads.sse import Exchange, classify_error, stream_completion
 from workloads.timer import PreciseTimer
 
 NOT_SENT_ENGINE_DOWN = "not sent: engine unreachable"
+COMPLETIONS_PATH = "/v1/completions"
+OPEN_AHEAD_WINDOW_S = 0.05
+MAX_OPEN_AHEAD = 1024
 
 DEADLINE_MARGIN_S = 30.0
 """Slack on top of the worst case ``replay_deadline_s`` computes: event-loop lag, connection set-up, a slow
@@ -111,6 +113,23 @@ def replay_deadline_s(
     return worst + margin_s
 
 
+def connections_to_open(roots: Sequence[PlannedRequest], s: ClientSettings) -> int:
+    """Connections to open before the first send: the in-flight cap (a closed loop's concurrency), else the
+    most sends due within any ``OPEN_AHEAD_WINDOW_S`` (a burst, or the first moments of a high rate); never
+    more than the pool may hold or ``MAX_OPEN_AHEAD``. ``roots`` are in send order."""
+    if s.max_in_flight:
+        want = min(s.max_in_flight, len(roots))
+    else:
+        want, lo = 0, 0
+        for hi, r in enumerate(roots):
+            while r.send_offset_s - roots[lo].send_offset_s > OPEN_AHEAD_WINDOW_S:
+                lo += 1
+            want = max(want, hi - lo + 1)
+    if s.connection_limit is not None:
+        want = min(want, s.connection_limit)
+    return min(want, MAX_OPEN_AHEAD)
+
+
 def _payload(s: ClientSettings, req: PlannedRequest) -> dict[str, Any]:
     """The request as a dict, its prompt a Python list: the inline path's body, and the reference the bytes
     ``completion_body`` builds are checked against."""
@@ -122,12 +141,14 @@ def _body_spec(s: ClientSettings) -> BodySpec:
     return BodySpec(model=s.model, vocab_lo=s.vocab_lo, vocab_hi=s.vocab_hi, seed=s.seed)
 
 
-Body = bytes | dict[str, Any]  # finished bytes ("ahead"), or the inline path's dict for aiohttp to serialise
+Body = bytes | dict[str, Any]  # finished bytes ("ahead"), or the inline path's dict, serialised at its send
 PendingBody = Body | asyncio.Future[bytes]  # a future while the producer has not built it yet
 
 
-def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: float | None) -> RequestRecord:
-    return RequestRecord(
+def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, **measured: Any) -> RequestRecord:
+    """Built unvalidated (``model_construct``, a third of the cost): every field is the client's own value,
+    of the declared type, and one record per request is made on the loop that sends."""
+    return RequestRecord.model_construct(
         index=req.index,
         arm=s.arm,
         round=s.round,
@@ -135,9 +156,9 @@ def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, sent_s: f
         level=s.level,
         warmup=req.warmup,
         intended_send_s=intended_s,
-        actual_send_s=sent_s,
         prompt_tokens_requested=req.prompt_tokens,
         output_tokens_requested=req.max_tokens,
+        **measured,
     )
 
 
@@ -155,10 +176,9 @@ def _chains(requests: Sequence[PlannedRequest]) -> tuple[list[PlannedRequest], d
     return roots, followers
 
 
-def _session(s: ClientSettings) -> aiohttp.ClientSession:
-    pool = s.connection_limit if s.connection_limit is not None else (s.max_in_flight or 0)
-    connector = aiohttp.TCPConnector(limit=pool, limit_per_host=0, force_close=False)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=s.request_timeout_s))
+def _pool(s: ClientSettings) -> Http1Pool:
+    limit = s.connection_limit if s.connection_limit is not None else s.max_in_flight
+    return Http1Pool(s.base_url, limit=limit or None)
 
 
 class _Replay:
@@ -172,14 +192,13 @@ class _Replay:
         requests: Sequence[PlannedRequest],
         settings: ClientSettings,
         clock: ReplayClock,
-        session: aiohttp.ClientSession,
+        pool: Http1Pool,
         timer: PreciseTimer | None,
         bodies: BodyProducer | None = None,
     ) -> None:
-        self.s, self.clock, self.session, self.timer = settings, clock, session, timer
+        self.s, self.clock, self.pool, self.timer = settings, clock, pool, timer
         self.bodies = bodies  # None: the inline path
         self.payload_stats = bodies.stats if bodies is not None else PayloadStats(mode="inline")
-        self.url = f"{settings.base_url}/v1/completions"
         self.roots, self.followers = _chains(requests)
         self.planned = len(requests)
         # Records as they finish, and at most one exception: the first a task of this replay raised.
@@ -196,13 +215,7 @@ class _Replay:
         """The send loop: sleep to each request's time and hand it to a task; never wait on a response,
         nor on a body (a late one is awaited by its own task)."""
         s, clock, timer = self.s, self.clock, self.timer
-        if self.bodies is not None and self.roots:  # let the producer fill its window while nothing is due
-            wait_s = self.roots[0].send_offset_s - clock.now_s()
-            if wait_s > 0:
-                try:
-                    await asyncio.wait_for(self.bodies.primed(), timeout=wait_s)
-                except TimeoutError:
-                    pass
+        await self._prepare()
         for sent, req in enumerate(self.roots):
             if s.fail_dispatch_after_records is not None and sent >= s.fail_dispatch_after_records:
                 if len(self.finished) < s.fail_dispatch_after_records:
@@ -216,6 +229,20 @@ class _Replay:
                 continue
             self._spawn(self._send(req, req.send_offset_s, body), f"request #{req.index}")
 
+    async def _prepare(self) -> None:
+        """While nothing is due: let the producer fill its window and open the connections the start needs,
+        for at most the time left before the first send."""
+        wait_s = self.roots[0].send_offset_s - self.clock.now_s() if self.roots else 0.0
+        if wait_s <= 0:
+            return
+        jobs: list[Coroutine[Any, Any, Any]] = [self.pool.open(connections_to_open(self.roots, self.s))]
+        if self.bodies is not None:
+            jobs.append(self.bodies.primed())
+        try:
+            await asyncio.wait_for(asyncio.gather(*jobs), timeout=wait_s)
+        except TimeoutError:
+            pass
+
     async def _send_chained(self, req: PlannedRequest, intended_s: float) -> None:
         body = self._body(req)
         await sleep_until(self.clock, intended_s, self.s.spin_s, self.timer)
@@ -223,7 +250,7 @@ class _Replay:
 
     def _body(self, req: PlannedRequest) -> PendingBody:
         """Taken before the sleep: the producer has then until the send time to finish a body it is behind on.
-        The inline path builds its dict here, on the loop (aiohttp serialises it at the send)."""
+        The inline path builds its dict here, on the loop (serialised at the send)."""
         if self.bodies is None:
             return _payload(self.s, req)
         return self.bodies.take(req)
@@ -279,22 +306,32 @@ class _Replay:
             self._free_slot()
             await self._not_sent(req, intended_s)
             return
-        rec = _record(req, self.s, intended_s, self.clock.now_s())
-        rec.cap_wait_s = cap_wait_s
+        exchange = Exchange()
+        error: Exception | None = None
         try:
-            await stream_completion(self.session, self.url, rec, body, self.clock)
+            end_s = await stream_completion(
+                self.pool, COMPLETIONS_PATH, exchange, body, self.clock, self.s.request_timeout_s
+            )
         except Exception as e:  # an error is a record, never a crash
-            rec.error_kind, rec.error = classify_error(e)
-            rec.end_s = self.clock.now_s()
-            if rec.error_kind == "connect":
-                self.engine_down.set()
+            error, end_s = e, self.clock.now_s()
         finally:
             self._free_slot()
+        # The record is built after the answer: nothing but the write stands before the send.
+        measured: dict[str, Any] = {"cap_wait_s": cap_wait_s, "actual_send_s": exchange.sent_s}
+        measured["http_status"] = exchange.status
+        if error is None or exchange.tokens.times:  # a failed answer keeps the tokens that did arrive
+            measured.update(exchange.tokens.fields(end_s))
+        else:
+            measured["end_s"] = end_s
+        if error is not None:
+            measured["error_kind"], measured["error"] = classify_error(error)
+            if measured["error_kind"] == "connect":
+                self.engine_down.set()
+        rec = _record(req, self.s, intended_s, **measured)
         await self._finish(rec)
 
     async def _not_sent(self, req: PlannedRequest, intended_s: float) -> None:
-        rec = _record(req, self.s, intended_s, None)
-        rec.error, rec.error_kind = NOT_SENT_ENGINE_DOWN, "not_sent"
+        rec = _record(req, self.s, intended_s, actual_send_s=None, error=NOT_SENT_ENGINE_DOWN, error_kind="not_sent")
         await self._finish(rec)
 
     async def _finish(self, rec: RequestRecord) -> None:
@@ -358,7 +395,8 @@ async def replay(
     Pass a ``PayloadStats`` to learn how the bodies were built (how many were late, on which threads).
     """
     clock = ReplayClock(start_epoch_s) if clock is None else clock
-    async with _session(settings) as session:
+    pool = _pool(settings)
+    try:
         loop = asyncio.get_running_loop()
         timer = PreciseTimer(loop) if settings.precise_timer else None
         bodies = None
@@ -375,7 +413,7 @@ async def replay(
             bodies.start()
         elif payload_stats is not None:
             payload_stats.mode = "inline"
-        run = _Replay(requests, settings, clock, session, timer, bodies)
+        run = _Replay(requests, settings, clock, pool, timer, bodies)
         if health is not None:
             health.start()
         run.start()
@@ -388,6 +426,8 @@ async def replay(
                 timer.close()
             if health is not None:
                 await health.stop(run.finished)
+    finally:
+        pool.close()
 
 
 def _drop(body: PendingBody) -> None:

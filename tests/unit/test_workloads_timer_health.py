@@ -4,15 +4,17 @@ import asyncio
 import time
 
 import numpy as np
+import pytest
 
 from workloads.health import client_bound
 from workloads.records import RequestRecord
 from workloads.timer import PreciseTimer
 
 
-def test_precise_timer_wakes_in_order_and_never_early():
+@pytest.mark.parametrize("kind", ["timerfd", "thread"])
+def test_precise_timer_wakes_in_order_and_never_early(kind):
     async def main():
-        timer = PreciseTimer(asyncio.get_running_loop())
+        timer = PreciseTimer(asyncio.get_running_loop(), kind)
         try:
             now = time.perf_counter()
             deadlines = sorted(now + d for d in np.random.default_rng(0).uniform(0.001, 0.03, size=40))
@@ -26,6 +28,20 @@ def test_precise_timer_wakes_in_order_and_never_early():
 
     deadlines, woke = asyncio.run(main())
     assert all(w >= d for d, w in zip(deadlines, woke, strict=True))
+
+
+def test_the_timerfd_timer_wakes_every_future_due_at_once_and_skips_past_deadlines():
+    async def main():
+        timer = PreciseTimer(asyncio.get_running_loop(), "timerfd")
+        try:
+            now = time.perf_counter()
+            futs = [timer.at(now + 0.01) for _ in range(5)] + [timer.at(now - 1.0)]
+            await asyncio.wait_for(asyncio.gather(*futs), timeout=5.0)
+            return time.perf_counter() - now
+        finally:
+            timer.close()
+
+    assert asyncio.run(main()) >= 0.01
 
 
 def _rec(i, client, lag_ms, cap_wait_s=0.0):
