@@ -259,10 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     port = free_port()
     server = _start_server(port, server_cpus)
-    worker = VllmWorker(client_cpus)
+    worker: VllmWorker | None = None
     url = f"http://127.0.0.1:{port}"
     runs: list[dict[str, Any]] = []
     try:
+        if "vllm_bench_serve" in clients:
+            worker = VllmWorker(client_cpus)
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             for rep in range(ns.repeats):
@@ -276,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(run)
                     print(f"#{rep} {load}: " + _line(run, clients), flush=True)
     finally:
-        worker.close()
+        if worker is not None:
+            worker.close()
         server.kill()
         server.wait()
     result = {
@@ -308,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one(
-    load: str, client: str, url: str, ns: argparse.Namespace, tokenizer: Path, work: Path, worker: VllmWorker
+    load: str, client: str, url: str, ns: argparse.Namespace, tokenizer: Path, work: Path, worker: VllmWorker | None
 ) -> dict[str, Any]:
     if load == "closed":
         reqs = closed_schedule(ns.closed_concurrency, ns.closed_turns)
@@ -320,6 +323,7 @@ def _one(
         reqs = burst_schedule(ns.burst, ns.burst_prompt_tokens, at_s=0.5)
         measured = {r.index for r in reqs[ns.burst :]}
     if client == "vllm_bench_serve":
+        assert worker is not None
         conc = ns.closed_concurrency if load == "closed" else None
         every = {r.index for r in reqs}
         return run_vllm(url, reqs, every if load == "closed" else measured, tokenizer, work, worker, conc)
