@@ -256,9 +256,7 @@ class Http1Pool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(
-                lambda: _Connection(self), self.host, self.port, ssl=self._ssl
-            )
+            _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self._ssl)
         except OSError as e:
             raise ConnectFailed(e.errno, f"cannot connect to {self.host}:{self.port}: {e}") from e
         self._all.add(conn)
@@ -320,6 +318,7 @@ class Http1Pool:
         """Open up to ``n`` more connections and keep them idle; returns how many opened (failures are left
         for the requests to report). Done before a replay's first send, so that a burst or the first second
         of a high rate does not also pay for connection set-up, on the client and on the server."""
+
         async def one() -> bool:
             self._idle.append(await self._connect())  # idle at once: a cancelled open keeps what it opened
             return True
