@@ -88,6 +88,13 @@ class EngineSpec(FrozenStrictModel):
         description="vLLM --max-num-seqs, the most requests a step batches; null: vLLM's default (see "
         "vllm_default_max_num_seqs). A sweep level's concurrency may not exceed it.",
     )
+    api_key_env: str | None = Field(
+        None,
+        min_length=1,
+        description="Name of an environment variable (read by the driver) holding the API key every engine is "
+        "started with and every request carries; null: a random key per run. The key itself is never written "
+        "anywhere.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM server arguments, for every arm.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for every engine.")
 

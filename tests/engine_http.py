@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.engine.api_key import with_api_key
 from cluster.engine.command import Device, PluginLabels, ServerCommand, server_command
 from cluster.engine.server import ServerProcess
 from experiment.config import EngineSpec, ModelSpec
@@ -34,8 +35,10 @@ def engine_server(
     flags: OptimizationFlags | None,
     labels: PluginLabels | None = None,
     device: Device = "cpu",
+    api_key: str | None = None,
 ) -> ServerProcess:
-    """Not yet started (use it as a context manager); its logs and a fresh metrics dir per start in tmp_path."""
+    """Not yet started (use it as a context manager); its logs and a fresh metrics dir per start in tmp_path.
+    ``api_key``: the server requires it, handed over as the EngineActor hands it (``with_api_key``)."""
 
     def command(port: int) -> ServerCommand:
         metrics_dir = Path(tempfile.mkdtemp(prefix="prom-", dir=tmp_path))
@@ -43,7 +46,7 @@ def engine_server(
             model, str(model_path), engine, device, HOST, port, flags=flags, labels=labels, metrics_dir=metrics_dir
         )
 
-    return ServerProcess(command, clean_env(), tmp_path, HOST)
+    return ServerProcess(command, with_api_key(clean_env(), api_key), tmp_path, HOST)
 
 
 def complete(server: ServerProcess, name: str, n_prompt: int, max_tokens: int) -> None:

@@ -18,11 +18,11 @@ import asyncio
 import math
 from collections import defaultdict
 from collections.abc import AsyncIterator, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workloads.health import HealthProbe
-from workloads.http1 import Http1Pool
+from workloads.http1 import Http1Pool, auth_headers
 from workloads.pacing import ReplayClock, sleep_until
 from workloads.payloads import (
     DEFAULT_AHEAD_BYTES,
@@ -92,6 +92,8 @@ class ClientSettings:
     # TEST ONLY (cluster.orchestration.fault_injection): once this many records are finished, the dispatcher
     # raises InjectedDispatchFault instead of sending the next request. None in every real run.
     fail_dispatch_after_records: int | None = None
+    # Sent as "Authorization: Bearer <key>" on every request (cluster.engine.api_key); never in a repr or a log.
+    api_key: str | None = field(default=None, repr=False)
 
 
 def replay_deadline_s(
@@ -178,7 +180,7 @@ def _chains(requests: Sequence[PlannedRequest]) -> tuple[list[PlannedRequest], d
 
 def _pool(s: ClientSettings) -> Http1Pool:
     limit = s.connection_limit if s.connection_limit is not None else s.max_in_flight
-    return Http1Pool(s.base_url, limit=limit or None)
+    return Http1Pool(s.base_url, limit=limit or None, headers=auth_headers(s.api_key))
 
 
 class _Replay:

@@ -232,6 +232,11 @@ def _chunk_size(line: bytes) -> int:
     return size
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The header an OpenAI-compatible server started with an API key checks on its /v1 routes."""
+    return {} if not api_key else {"Authorization": f"Bearer {api_key}"}
+
+
 class Http1Pool:
     """Kept-alive connections to one endpoint, at most ``limit`` of them (None: as many as are asked for).
 

@@ -94,10 +94,11 @@ def level_workload(level: AnyLoadLevel, workload: WorkloadSpec) -> WorkloadSpec:
 
 def level_prompt_seed(seed: int, round_index: int, level: int | None) -> int:
     """The prompt seed of one level of one round: the same in every arm, different for every other level and
-    round, so no prompt (nor shared block) of one can be a cached prefix in the next. No sweep: the seed."""
-    if level is None:
-        return seed
-    return seed + 0x9E3779B1 * (1 + level + 4096 * round_index)
+    round, so no prompt (nor shared block) of one can be a cached prefix in the next. That is how rounds and
+    levels are isolated on an engine that serves several: its prefix cache is never reset (that would need
+    vLLM's unauthenticated development routes). Round 0 of a run without a sweep keeps the workload's seed."""
+    slot = 0 if level is None else 1 + level
+    return seed + 0x9E3779B1 * (slot + 4096 * round_index)
 
 
 def plan_level(

@@ -99,6 +99,19 @@ def cmd_schema(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_recover(ns: argparse.Namespace) -> int:
+    from cluster.orchestration.recover import recover
+
+    try:
+        result = recover(Path(ns.run_dir), ["moeperf", "recover", *sys.argv[2:]], overwrite=ns.force)
+    except ConfigError as e:
+        print(f"moeperf: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    kept = ", ".join(f"{a.name} {len(a.records)}" for a in result.arms)
+    print(f"recovered {Path(ns.run_dir) / 'result.json'} (status {result.status}); records per arm: {kept}")
+    return EXIT_OK
+
+
 def cmd_show_default(ns: argparse.Namespace) -> int:
     import yaml
 
@@ -149,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     sch = sub.add_parser("schema", help="Write the JSON Schemas of the experiment and result files.")
     sch.add_argument("--out", default="docs")
     sch.set_defaults(func=cmd_schema)
+    rec = sub.add_parser(
+        "recover", help="Rebuild result.json of a run whose driver died (from records/ and the saved inputs)."
+    )
+    rec.add_argument("run_dir", help="The run folder, runs/<id>.")
+    rec.add_argument("--force", action="store_true", help="Rebuild even if result.json exists.")
+    rec.set_defaults(func=cmd_recover)
     dflt = sub.add_parser("default", help="Print the embedded default experiment as YAML.")
     dflt.set_defaults(func=cmd_show_default)
     for name, (module, help_text) in DELEGATED.items():

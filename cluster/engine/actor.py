@@ -17,6 +17,7 @@ from pathlib import Path
 
 import ray
 
+from cluster.engine.api_key import auth_headers, with_api_key
 from cluster.engine.command import (
     Device,
     MissingSharedJitCache,
@@ -66,7 +67,9 @@ class EngineActor:
         device: Device,
         gpu_ids: list[str],
         jit_cache_dir: str | None = None,
+        api_key: str | None = None,
     ) -> None:
+        self.api_key = api_key  # given to the server at spawn only: not in its recorded command nor environment
         self.run_id, self.arm, self.flags, self.model, self.engine = run_id, arm, flags, model, engine
         self.device, self.gpu_ids = device, gpu_ids
         self.jit_cache_dir = None if jit_cache_dir is None else Path(jit_cache_dir)
@@ -116,7 +119,7 @@ class EngineActor:
         """
         model_path = resolve_model_path(self.model)
         host = self._host()
-        env = os.environ if base_env is None else base_env
+        env = with_api_key(os.environ if base_env is None else base_env, self.api_key)
         self.server = ServerProcess(lambda port: self._command(model_path, host, port), env, self.log_dir, host)
         self.server.start()
         return self.server.wait_healthy(self.engine.startup_timeout_s)
@@ -149,21 +152,21 @@ class EngineActor:
             body = json.dumps(
                 {"model": self.model.served_name, "prompt": [lo + i] * 8, "max_tokens": 4, "ignore_eos": True}
             ).encode()
-            req = urllib.request.Request(
-                f"{self.server.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
+            headers = {"Content-Type": "application/json", **auth_headers(self.api_key)}
+            req = urllib.request.Request(f"{self.server.url}/v1/completions", data=body, headers=headers)
             with urllib.request.urlopen(req, timeout=self.engine.startup_timeout_s) as r:
                 r.read()
         return num_requests
 
     def reset_for_next_round(self) -> None:
-        """Empty the prefix cache and check health; raises if the engine cannot take another round."""
+        """Check health between rounds; raises if the engine cannot take another round.
+
+        The prefix cache is not emptied: that needs vLLM's development routes (``VLLM_SERVER_DEV_MODE``), which
+        also expose ``/collective_rpc`` and ``/sleep`` unauthenticated. Each round has prompts of its own
+        (``workloads.sweep.level_prompt_seed``), so none of one round can be a cached prefix in the next."""
         assert self.server is not None
         if self.server.poll() is not None or not self.server.healthy():
             raise EngineStartError("engine not healthy between rounds", self.server.log_tail())
-        req = urllib.request.Request(f"{self.server.url}/reset_prefix_cache", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            r.read()
 
     def metrics_text(self) -> str:
         """The engine's /metrics (vLLM's own and, through its multiprocess dir, the plugin's); '' if down."""

@@ -135,7 +135,6 @@ def server_env(
     cache state the result records must be the one the engine had.
     """
     env: dict[str, str] = {} if flags is None else dict(flags.engine_env())
-    env["VLLM_SERVER_DEV_MODE"] = "1"  # for POST /reset_prefix_cache between rounds
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{engine.cpu_kvcache_space_gib:g}"
         if engine.tensor_parallel_size > 1:

@@ -81,7 +81,10 @@ class TargetsFile:
     def close(self) -> None:
         with self._lock:
             self._entries.clear()
-            self.path.unlink(missing_ok=True)
+            try:
+                self.path.unlink(missing_ok=True)
+            except NotADirectoryError:  # the folder itself is gone: nothing of ours is left to delete
+                pass
 
     def _write(self) -> None:
         body = json.dumps([self._entries[k] for k in sorted(self._entries)], indent=1) + "\n"

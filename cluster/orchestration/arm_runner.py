@@ -135,7 +135,9 @@ class ArmRunner:
         name: str | None = None,
         levels: list[LevelPlan] | None = None,
         on_level: Callable[[str, LevelPlan], None] | None = None,
+        api_key: str | None = None,
     ) -> None:
+        self.api_key = api_key  # the run's (cluster.engine.api_key): to the engine at its start, to every request
         self.cfg, self.arm, self.device, self.run_dir = cfg, arm, device, run_dir
         # What this runner's engine, placement group, records and progress are called: the arm's name, or for
         # a warm-up pass ``warmup-<setting>``, so its records and metrics never mix with a measured arm's.
@@ -214,6 +216,7 @@ class ArmRunner:
                     self.engine_device,
                     gpu_ids,
                     jit_cache_dir=self.jit_cache_dir,
+                    api_key=self.api_key,
                 )
             )
             self.info = ray.get(self.engine.start.remote())
@@ -366,6 +369,7 @@ class ArmRunner:
             round=round_index,
             level=level,
             fail_dispatch_after_records=self.hooks.client_fault(round_index),
+            api_key=self.api_key,
         )
 
     def _consume_shard(self, rnd: _Round, client: int) -> None:

@@ -28,6 +28,7 @@ import ray
 import yaml
 
 from cluster.engine.actor import Device
+from cluster.engine.api_key import run_api_key
 from cluster.observability.environment import node_environment
 from cluster.orchestration.arm_runner import START_DELAY_S, ArmRunner
 from cluster.orchestration.fault_injection import FaultSpecError, RunHooks, hooks_for, run_hooks_for
@@ -198,6 +199,7 @@ class Driver:
         self.runners: list[ArmRunner] = []
         self.warmups: dict[str, _Warmup] = {}
         self.levels: list[LevelPlan] = []
+        self.api_key = run_api_key(cfg.engine)  # a ConfigError (exit 2) before anything starts; never written
 
     def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -298,6 +300,7 @@ class Driver:
             name=warmup_name,
             levels=self.levels,
             on_level=self._on_level if measured else None,
+            api_key=self.api_key,
         )
 
     def _run_turns(self, hooks: RunHooks) -> None:

@@ -69,8 +69,20 @@ class RunMetrics:
 
     def engine_up(self, arm: str, url: str, node_id: str) -> None:
         if self.engine_targets is not None:
-            self.engine_targets.add(arm, url, {"node": node_label(node_id)})
+            try:
+                self.engine_targets.add(arm, url, {"node": node_label(node_id)})
+            except OSError as e:
+                self._targets_lost(e)
 
     def engine_down(self, arm: str) -> None:
         if self.engine_targets is not None:
-            self.engine_targets.remove(arm)
+            try:
+                self.engine_targets.remove(arm)
+            except OSError as e:
+                self._targets_lost(e)
+
+    def _targets_lost(self, e: OSError) -> None:
+        """The targets folder stopped taking writes mid-run (removed, full, read-only): the run goes on without
+        engine targets, said once; Prometheus keeps the last file it read until the folder is back."""
+        logger.warning("Prometheus engine targets off for the rest of this run: %s", e)
+        self.engine_targets = None

@@ -83,14 +83,16 @@ def moeperf_run(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedP
     return moeperf("run", *args, timeout=timeout, **kw)
 
 
-def moeperf(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess with a clean environment, from the repo root."""
+def moeperf(
+    *args: str, timeout: float = 600, extra_env: dict[str, str] | None = None, **kw
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess with a clean environment (plus ``extra_env``), from the repo root."""
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=clean_env(),
+        env={**clean_env(), **(extra_env or {})},
         cwd=REPO,
         **kw,
     )
@@ -103,3 +105,25 @@ def no_engine_left_behind(tmp_path):
     for p in left:
         p.kill()
     assert left == [], "the run left vLLM server processes behind"
+
+
+KEYED_ENGINE_API_KEY = "it-key-" + "k" * 32
+
+
+@pytest.fixture(scope="session")
+def keyed_engine(tmp_path_factory):
+    """One real CPU engine of the tiny model as moeperf starts every engine (an API key, no development mode),
+    without the plugin, shared by the tests that only need an engine to talk to: (url, served name, key)."""
+    from experiment.config import EngineSpec, ModelSpec
+    from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
+    from tests.engine_http import engine_server
+
+    tmp_path = tmp_path_factory.mktemp("keyed-engine")
+    name = served_name_for(tmp_path)
+    spec = EngineSpec(enforce_eager=True)
+    model_path = ensure_tiny_model(TinyMoeSpec())
+    with engine_server(
+        tmp_path, ModelSpec(served_name=name), model_path, spec, flags=None, api_key=KEYED_ENGINE_API_KEY
+    ) as server:
+        server.wait_healthy(600)
+        yield server.url, name, KEYED_ENGINE_API_KEY

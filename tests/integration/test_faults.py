@@ -1,13 +1,24 @@
-"""Faults on real engines: one dies mid-run, the user presses Ctrl-C, the cluster lacks resources."""
+"""Faults on real engines: one dies mid-run, Ctrl-C or SIGTERM, the driver SIGKILLed, the cluster lacks resources."""
 
 import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.integration.conftest import REPO, clean_env, load_result, moeperf_run, run_dir_of, small_experiment
+from tests.integration.conftest import (
+    REPO,
+    clean_env,
+    load_result,
+    moeperf,
+    moeperf_run,
+    run_dir_of,
+    served_name_for,
+    small_experiment,
+    vllm_servers,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -54,7 +65,9 @@ def test_a_killed_engine_and_a_raising_dispatcher_each_fail_their_own_arm_and_ke
     assert "all-optimizations FAILED" in r.stdout
 
 
-def test_ctrl_c_stops_engines_and_writes_what_finished(tmp_path):
+def _driver_running_one_long_arm(tmp_path):
+    """``moeperf run`` of one arm replaying 400 requests over 100 s, stopped at the first line that says its
+    engine is healthy: the driver is then mid-run, with the engine up and requests about to flow."""
     exp = small_experiment(
         tmp_path,
         arms=[{"name": "only"}],
@@ -79,13 +92,58 @@ def test_ctrl_c_stops_engines_and_writes_what_finished(tmp_path):
         seen.append(line)
         if "engine healthy" in line:
             break
-    proc.send_signal(signal.SIGINT)
+    return proc, seen
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_and_sigterm_stop_engines_and_write_what_finished(tmp_path, sig):
+    """SIGTERM is what `ray job stop`, `timeout` and CI runners send: the same clean stop as Ctrl-C, exit 130."""
+    proc, seen = _driver_running_one_long_arm(tmp_path)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 130, "".join(seen) + out
-    res = load_result(run_dir_of(tmp_path))
+    run_dir = run_dir_of(tmp_path)
+    res = load_result(run_dir)
     assert res["status"] == "interrupted"
-    assert res["arms"][0]["status"] == "failed"
-    assert res["arms"][0]["requests_sent"] < 400
+    (arm,) = res["arms"]
+    assert arm["status"] == "failed" and arm["requests_sent"] < 400
+    on_disk = (run_dir / arm["records_file"]).read_text().splitlines()
+    assert len(on_disk) == len(arm["records"])  # every record on disk is in the result, and no more
+
+
+def test_a_sigkilled_driver_leaves_its_records_and_moeperf_recover_makes_them_a_result(tmp_path):
+    proc, seen = _driver_running_one_long_arm(tmp_path)
+    run_dir = run_dir_of(tmp_path)
+    records = run_dir / "records" / "only.jsonl"
+    assert _until(lambda: records.exists() and len(records.read_text().splitlines()) >= 3, 120), "".join(seen)
+    proc.kill()  # SIGKILL: no handler runs, nothing is written after this
+    proc.communicate(timeout=60)
+    assert not (run_dir / "result.json").exists()
+    # Ray takes the driver's actors down, the orphan guard its vLLM server with them.
+    assert _until(lambda: not vllm_servers(served_name_for(tmp_path)), 120), "the killed run's engine is still up"
+    on_disk = [json.loads(line) for line in records.read_text().splitlines() if line.endswith("}")]
+
+    r = moeperf("recover", str(run_dir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = load_result(run_dir)
+    assert res["status"] == "interrupted" and "moeperf recover" in res["error"]
+    (arm,) = res["arms"]
+    assert sorted(rec["index"] for rec in arm["records"]) == sorted(rec["index"] for rec in on_disk)
+    assert arm["requests_succeeded"] == sum(1 for rec in on_disk if rec["error"] is None) >= 3
+    rep = moeperf("report", str(run_dir))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert (run_dir / "report.html").exists()
+
+
+def _until(condition, deadline_s: float) -> bool:
+    """Poll a condition about other processes (a file another process appends, a process that must exit);
+    there is nothing to block on across processes. True once it holds, False at the deadline."""
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def test_arm_that_cannot_be_placed_fails_fast_with_what_is_missing(tmp_path):

@@ -1,6 +1,10 @@
 """`moeperf run` end to end on real parts: local Ray, two real vLLM CPU engines, real HTTP."""
 
 import json
+import secrets
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -9,11 +13,32 @@ from tests.integration.conftest import load_result, moeperf_run, run_dir_of, sma
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_two_arms_every_request_measured(tmp_path):
+def _files_holding(secret: str, roots: list[Path], since: float) -> list[str]:
+    """Every file under ``roots`` written since ``since`` that holds ``secret`` (as bytes, anywhere)."""
+    found = []
+    for root in roots:
+        for f in [root] if root.is_file() else root.rglob("*"):
+            try:
+                if f.is_file() and f.stat().st_mtime >= since and secret.encode() in f.read_bytes():
+                    found.append(str(f))
+            except OSError:  # a socket, or a file removed while walking
+                continue
+    return found
+
+
+def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_path):
+    """Also the API key test: the engines require a key (here the user's, through engine.api_key_env) and every
+    request, warm-up and probe carries it; then every file the run wrote is searched for it."""
     exp = small_experiment(tmp_path)
-    r = moeperf_run(str(exp))
+    key = "moeperf-it-" + secrets.token_urlsafe(24)
+    started = time.time() - 1.0
+    r = moeperf_run(str(exp), "--set", "engine.api_key_env=MOEPERF_IT_KEY", extra_env={"MOEPERF_IT_KEY": key})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = run_dir_of(tmp_path)
+    assert key not in r.stdout + r.stderr
+    tmp = Path(tempfile.gettempdir())
+    roots = [tmp_path, Path("/tmp/moeperf/prometheus"), *tmp.glob("moeperf-engine-*"), *tmp.glob("ray/session_*")]
+    assert _files_holding(key, roots, started) == []
     res = load_result(run_dir)
     assert res["schema_version"] == 2 and res["status"] == "ok"
     assert [a["name"] for a in res["arms"]] == ["baseline", "all-optimizations"]

@@ -121,15 +121,17 @@ def test_parallel_arms_get_their_own_node_and_gpus_third_arm_fails_clients_sprea
     assert live_placement_groups() == []
 
 
-def test_a_submitted_job_runs_interleaved_rounds_abba_and_leaves_no_placement_group(sim_cluster, tmp_path):
-    """Submitted as a user submits it (JobSubmissionClient, working_dir the repo), two arms over two rounds
-    run A B B A on their GPU node, and every placement group is gone once the job has ended."""
+def test_a_submitted_job_runs_interleaved_arms_and_leaves_no_placement_group(sim_cluster, tmp_path):
+    """Submitted as a user submits it (JobSubmissionClient, working_dir the repo), two arms run one after the
+    other on their GPU node, and every placement group is gone once the job has ended. One round: the A B B A
+    order of later rounds is the driver's plan (tests/unit/test_driver_turns.py), and each extra round here
+    would cost two more engine starts on a simulated cluster, the slowest thing in CI."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     _, _, dashboard = sim_cluster
     exp = experiment(
         tmp_path,
-        rounds=2,
+        rounds=1,
         arms=[{"name": "a"}, {"name": "b"}],
         workload={
             "trace": {"kind": "synthetic", "num_requests": 4, "input_tokens": 8, "output_tokens": 4, "rate_rps": 8}
@@ -154,11 +156,11 @@ def test_a_submitted_job_runs_interleaved_rounds_abba_and_leaves_no_placement_gr
     res = RunResult.model_validate_json((run_dir / "result.json").read_text())
     a, b = res.arms
     assert a.status == b.status == "ok"
-    assert a.rounds == b.rounds == 2
+    assert a.rounds == b.rounds == 1
     assert a.engine is not None and a.engine.gpu_ids
-    assert sorted({(r.round, r.index) for r in a.records}) == [(rd, i) for rd in (0, 1) for i in range(4)]
+    assert sorted((r.round, r.index) for r in a.records) == [(0, i) for i in range(4)]
     start = {(arm.name, s.round): s.start_epoch_s for arm in (a, b) for s in arm.shards}
-    assert start[("a", 0)] < start[("b", 0)] < start[("b", 1)] < start[("a", 1)]  # A B B A
+    assert start[("a", 0)] < start[("b", 0)]  # interleaved: one arm after the other, never at once
     assert live_placement_groups() == []
 
 

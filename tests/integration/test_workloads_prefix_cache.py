@@ -1,21 +1,24 @@
-"""A real vLLM CPU engine replays the bundled Mooncake sample: its prefix cache sees the trace's sharing.
+"""A real vLLM CPU engine, started as moeperf starts every engine (an API key, no development mode).
 
-Equal hash ids must become identical token blocks, or the engine's cache hit counter would not
-move; the same schedule with the blocks made unique is the control, and must not hit.
+- The bundled Mooncake sample: equal hash ids must become identical token blocks, or the engine's cache hit
+  counter would not move; the same schedule with the blocks made unique is the control, and must not hit.
+- Rounds are isolated without resetting the prefix cache: a round's prompts (its own seed) never hit the
+  cache the previous round left, while replaying a round's own prompts again does.
+- Nothing privileged answers: vLLM's development routes are 404, and /v1 needs the key.
 """
 
 import asyncio
 import re
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
-from experiment.config import EngineSpec, ModelSpec
-from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
-from tests.engine_http import engine_server
-from tests.integration.conftest import served_name_for
+from tests.integration.conftest import KEYED_ENGINE_API_KEY
 from workloads.client import ClientSettings, replay
+from workloads.schedule import PlannedRequest
+from workloads.sweep import level_prompt_seed
 from workloads.traces.mooncake import MooncakeTraceSpec
 from workloads.workload import WorkloadSpec, build_schedule
 
@@ -30,19 +33,22 @@ def prefix_cache_hits(base: str) -> float:
 
 
 @pytest.fixture
-def engine(tmp_path):
-    """A CPU engine of the tiny model without the plugin (no arm flags): only vLLM's own prefix cache counts."""
-    name = served_name_for(tmp_path)
-    model = ModelSpec(served_name=name)
-    with engine_server(
-        tmp_path, model, ensure_tiny_model(TinyMoeSpec()), EngineSpec(enforce_eager=True), flags=None
-    ) as server:
-        server.wait_healthy(600)
-        yield server.url, name
+def engine(keyed_engine):
+    """The session's shared engine; only vLLM's own prefix cache counts (no plugin)."""
+    return keyed_engine[:2]
 
 
-def _replay(base, name, requests):
-    settings = ClientSettings(base_url=base, model=name, arm="prefix", vocab_lo=3, vocab_hi=98, max_in_flight=8)
+def _replay(base, name, requests, seed=0):
+    settings = ClientSettings(
+        base_url=base,
+        model=name,
+        arm="prefix",
+        vocab_lo=3,
+        vocab_hi=98,
+        max_in_flight=8,
+        seed=seed,
+        api_key=KEYED_ENGINE_API_KEY,
+    )
 
     async def go():
         return [r async for r in replay(requests, settings, time.time() + 0.5)]
@@ -76,3 +82,37 @@ def test_mooncake_sharing_reaches_the_prefix_cache(engine):
 
     assert after_control - before == 0, "unique prompts must not hit the prefix cache"
     assert after - after_control > 0, "shared hash ids must hit the prefix cache"
+
+
+def test_a_rounds_prompts_never_hit_the_cache_the_previous_round_left(engine):
+    base, name = engine
+    unique = [PlannedRequest(index=i, send_offset_s=0.05 * i, prompt_tokens=64, max_tokens=2) for i in range(6)]
+    seeds = [level_prompt_seed(11, rnd, None) for rnd in range(2)]
+    hits = [prefix_cache_hits(base)]
+    for seed in (*seeds, seeds[1]):  # round 0, round 1, then round 1's prompts once more: the control
+        recs = _replay(base, name, unique, seed=seed)
+        assert all(r.ok for r in recs), [r.error for r in recs if not r.ok][:3]
+        hits.append(prefix_cache_hits(base))
+    assert hits[1] - hits[0] == 0 and hits[2] - hits[1] == 0, "a new round's prompts hit an old round's cache"
+    assert hits[3] - hits[2] > 0, "the same prompts again must hit: the counter would not show isolation otherwise"
+
+
+def _status(base, path, method="GET", key=None):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    req = urllib.request.Request(f"{base}{path}", data=b"{}" if method == "POST" else None, method=method,
+                                 headers={"Content-Type": "application/json", **headers})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_no_development_route_answers_and_v1_needs_the_key(engine):
+    base, _ = engine
+    for path in ("/reset_prefix_cache", "/collective_rpc", "/sleep", "/wake_up"):
+        assert _status(base, path, "POST", key=KEYED_ENGINE_API_KEY) == 404, path
+    assert _status(base, "/v1/models") == 401
+    assert _status(base, "/v1/models", key="wrong") == 401
+    assert _status(base, "/v1/models", key=KEYED_ENGINE_API_KEY) == 200
+    assert _status(base, "/health") == 200 and _status(base, "/metrics") == 200  # what moeperf polls, keyless

@@ -58,7 +58,9 @@ def test_levels_run_as_listed_then_reversed_and_prompts_differ_per_level_and_rou
     seeds = {level_prompt_seed(7, rnd, lv) for rnd in range(3) for lv in range(3)}
     assert len(seeds) == 9 and 7 not in seeds  # no level of any round shares prompts with another
     assert level_prompt_seed(7, 1, 2) == level_prompt_seed(7, 1, 2)  # every arm: the same prompts
-    assert level_prompt_seed(7, 3, None) == 7  # no sweep: the workload's seed
+    assert level_prompt_seed(7, 0, None) == 7  # no sweep: round 0 keeps the workload's seed ...
+    unswept = {level_prompt_seed(7, rnd, None) for rnd in range(4)}
+    assert len(unswept) == 4 and not unswept & seeds  # ... and every later round has prompts of its own
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,134 @@
+"""``moeperf recover runs/<id>``: a valid ``result.json`` for a run whose driver died without writing one.
+
+A driver that is SIGKILLed (the OOM killer, a node lost, ``kill -9``) cannot write its result, but it wrote
+its inputs before the first engine started (``config.yaml``, ``environment.json``, ``schedule.json``) and
+appended every finished record to ``records/<arm>.jsonl`` as it arrived. That is enough for the analysis
+and the reports: each arm's records, summarised as the driver would have, under status ``interrupted``.
+What died with the driver is said in the result's notes: engine details, shards, client health, window
+metrics and per-level results. A last line cut by the kill is skipped and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from experiment.config import ConfigError, ExperimentConfig
+from result_format.run_result import ArmResult, RunResult, ScheduleInfo
+from workloads.health import client_bound
+from workloads.metrics import summarize
+from workloads.records import RequestRecord
+from workloads.workload import Schedule
+
+RECOVERED_ERROR = "the driver ended without writing its result; rebuilt from records/ by moeperf recover"
+
+
+def _iso(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).isoformat()
+
+
+def read_records(path: Path) -> tuple[list[RequestRecord], int]:
+    """The records of one arm's file, and how many lines could not be read (a line torn by the kill)."""
+    if not path.exists():
+        return [], 0
+    records, bad = [], 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(RequestRecord.model_validate_json(line))
+        except ValidationError:
+            bad += 1
+    return records, bad
+
+
+def _inputs(run_dir: Path) -> tuple[ExperimentConfig, dict[str, Any], Schedule]:
+    missing = [f for f in ("config.yaml", "schedule.json") if not (run_dir / f).exists()]
+    if missing:
+        raise ConfigError(f"{run_dir}: not a run folder moeperf can recover (missing {', '.join(missing)})")
+    try:
+        cfg = ExperimentConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+        schedule = Schedule.model_validate_json((run_dir / "schedule.json").read_text())
+    except (ValidationError, yaml.YAMLError) as e:
+        raise ConfigError(f"{run_dir}: its saved inputs cannot be read: {e}") from None
+    env_path = run_dir / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.exists() else {}
+    return cfg, env, schedule
+
+
+def recover_result(run_dir: Path, command: list[str]) -> RunResult:
+    """The run's result as far as its files tell; raises ``ConfigError`` if they are not a run's."""
+    cfg, env, schedule = _inputs(run_dir)
+    records_dir = run_dir / "records"
+    notes = [
+        "recovered: engine details, client shards and health, window metrics and per-level results died with "
+        "the driver; the records below are every one it had written"
+    ]
+    arms, last_write_s = [], (run_dir / "config.yaml").stat().st_mtime
+    planned = len(schedule.requests) * max(1, cfg.rounds)
+    for arm in cfg.arms:
+        path = records_dir / f"{arm.name}.jsonl"
+        records, torn = read_records(path)
+        if path.exists():
+            last_write_s = max(last_write_s, path.stat().st_mtime)
+        if torn:
+            notes.append(f"arm {arm.name}: {torn} record line(s) cut by the driver's end, skipped")
+        records.sort(key=lambda r: (r.round, -1 if r.level is None else r.level, r.index))
+        sent = sum(1 for r in records if r.actual_send_s is not None)
+        ok = sum(1 for r in records if r.ok)
+        arms.append(
+            ArmResult(
+                name=arm.name,
+                control_of=arm.control_of,
+                flags=cfg.arm_flags(arm),
+                flags_applied=False,
+                status="failed",
+                failure_reason="interrupted: the driver ended mid-run (recovered)",
+                requests_planned=planned,
+                requests_sent=sent,
+                requests_succeeded=ok,
+                requests_failed=sent - ok,
+                requests_not_sent=max(0, planned - sent),
+                summary=summarize(records, cfg.slo) if records else None,
+                rounds=len({r.round for r in records}),
+                client_bound=client_bound(records, cfg.client.max_dispatch_lag_p99_ms) if records else None,
+                records_file=str(path.relative_to(run_dir)),
+                records=records,
+            )
+        )
+    return RunResult(
+        run_id=run_dir.name,
+        experiment=cfg.name,
+        status="interrupted",
+        started_at=_iso((run_dir / "config.yaml").stat().st_mtime),
+        finished_at=_iso(last_write_s),
+        command=command,
+        config=cfg,
+        environment=env,
+        schedule=ScheduleInfo(
+            requests=len(schedule.requests),
+            duration_s=schedule.duration_s,
+            clipped_input=schedule.clipped_input,
+            clipped_output=schedule.clipped_output,
+            clipped_context=schedule.clipped_context,
+            skipped=schedule.skipped,
+        ),
+        arms=arms,
+        notes=notes,
+        error=RECOVERED_ERROR,
+    )
+
+
+def recover(run_dir: Path, command: list[str], overwrite: bool = False) -> RunResult:
+    """Write ``run_dir/result.json``; an existing one (the driver did write it) is kept unless ``overwrite``."""
+    target = run_dir / "result.json"
+    if target.exists() and not overwrite:
+        raise ConfigError(f"{target} exists: the run has its result (pass --force to rebuild it from records/)")
+    result = recover_result(run_dir, command)
+    target.write_text(result.model_dump_json(indent=1))
+    return result

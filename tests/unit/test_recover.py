@@ -1,0 +1,70 @@
+"""``moeperf recover``: a run folder whose driver was killed (inputs saved, records appended, no result.json)
+becomes a valid, interrupted result with every record on disk, and the report renders from it."""
+
+import json
+
+import pytest
+import yaml
+
+from analysis.report_cli import main as report_main
+from cluster.cli.main import main as cli_main
+from cluster.orchestration.recover import RECOVERED_ERROR, recover
+from experiment.config import ConfigError, parse_experiment
+from result_format.run_result import RunResult
+from workloads.records import RequestRecord
+from workloads.schedule import PlannedRequest
+from workloads.workload import Schedule
+
+ARMS = [{"name": "baseline"}, {"name": "b", "flags": {"swap_ab": True}}]
+
+
+def _record(arm: str, i: int, ok: bool = True) -> RequestRecord:
+    t0 = 0.1 * i
+    return RequestRecord(
+        index=i, arm=arm, intended_send_s=t0, actual_send_s=t0, first_token_s=t0 + 0.02,
+        token_times_s=[t0 + 0.02, t0 + 0.03, t0 + 0.04], end_s=t0 + 0.05, prompt_tokens_requested=8,
+        output_tokens_requested=3, prompt_tokens=8, output_tokens=3,
+        error=None if ok else "HTTP 500: x", error_kind=None if ok else "http",
+    )  # fmt: skip
+
+
+def killed_run(tmp_path, torn: bool = True):
+    """What a driver SIGKILLed in the middle of arm b leaves behind."""
+    cfg = parse_experiment({"name": "k", "arms": ARMS, "output_dir": str(tmp_path)})
+    run_dir = tmp_path / "k-20261201T000000Z-abcdef"
+    (run_dir / "records").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    (run_dir / "environment.json").write_text(json.dumps({"driver": {"versions": {"ray": "2.60.0"}}}))
+    plan = [PlannedRequest(index=i, send_offset_s=0.1 * i, prompt_tokens=8, max_tokens=3) for i in range(10)]
+    (run_dir / "schedule.json").write_text(Schedule(requests=plan, clipped_input=0, clipped_output=0).model_dump_json())
+    base = [_record("baseline", i) for i in range(10)]
+    (run_dir / "records" / "baseline.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in base))
+    b = [_record("b", i, ok=i != 2) for i in range(4)]
+    text = "".join(r.model_dump_json() + "\n" for r in b)
+    (run_dir / "records" / "b.jsonl").write_text(text + ('{"index": 4, "arm": "b", "intend' if torn else ""))
+    return run_dir
+
+
+def test_a_killed_runs_records_become_an_interrupted_result_and_nothing_is_lost(tmp_path):
+    run_dir = killed_run(tmp_path)
+    assert cli_main(["recover", str(run_dir)]) == 0
+    res = RunResult.model_validate_json((run_dir / "result.json").read_text())
+    assert res.status == "interrupted" and res.error == RECOVERED_ERROR
+    base, b = res.arms
+    assert [r.index for r in base.records] == list(range(10)) and base.requests_succeeded == 10
+    assert [r.index for r in b.records] == [0, 1, 2, 3] and b.requests_succeeded == 3 and b.requests_failed == 1
+    assert b.requests_not_sent == 6 and b.flags.swap_ab is True
+    assert all(a.status == "failed" and "interrupted" in (a.failure_reason or "") for a in res.arms)
+    assert any("1 record line(s) cut" in n for n in res.notes)
+    assert base.summary is not None and base.summary.ttft_s.p50 == pytest.approx(0.02)
+    assert report_main([str(run_dir), "--bootstrap", "50"]) == 0
+    assert (run_dir / "report.md").exists() and (run_dir / "report.html").exists()
+
+
+def test_a_run_that_has_its_result_is_left_alone_and_a_folder_that_is_no_run_is_bad_input(tmp_path):
+    run_dir = killed_run(tmp_path, torn=False)
+    recover(run_dir, ["moeperf", "recover"])
+    with pytest.raises(ConfigError, match="exists: the run has its result"):
+        recover(run_dir, ["moeperf", "recover"])
+    assert recover(run_dir, ["moeperf", "recover"], overwrite=True).status == "interrupted"
+    assert cli_main(["recover", str(tmp_path / "nothing-here")]) == 2
