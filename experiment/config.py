@@ -170,6 +170,16 @@ class ChaosSpec(FrozenStrictModel):
         default_factory=dict,
         description="arm name -> kill that arm's first client actor once this many of its records are finished.",
     )
+    stop_engine_after_records: dict[str, int] = Field(
+        default_factory=dict,
+        description="arm name -> SIGSTOP that arm's vLLM server (a hang: alive, answering nothing) once this many "
+        "of its records are finished.",
+    )
+    records_unwritable_after_records: dict[str, int] = Field(
+        default_factory=dict,
+        description="arm name -> that arm's records file fails every write (as on a full disk, ENOSPC) once this "
+        "many of its records are on disk.",
+    )
 
 
 class SimulationSpec(FrozenStrictModel):
@@ -286,7 +296,7 @@ class ExperimentConfig(FrozenStrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"arms: duplicate arm name(s) {dupes}")
-        for field in ("kill_engine_after_records", "kill_client_after_records"):
+        for field in ChaosSpec.model_fields:
             unknown = sorted(set(getattr(self.chaos, field)) - set(names))
             if unknown:
                 raise ValueError(f"chaos.{field}: unknown arm(s) {unknown}")

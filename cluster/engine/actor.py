@@ -199,6 +199,21 @@ class EngineActor:
         if self.server is not None:
             self.server.kill()
 
+    def freeze_server(self) -> None:
+        """Chaos: the server hangs (SIGSTOP) without dying."""
+        if self.server is not None:
+            self.server.freeze()
+
+    def responsive(self, timeout_s: float) -> bool:
+        """GET /health answers within ``timeout_s``: an engine alive but hung does not."""
+        if self.server is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{self.server.url}/health", timeout=timeout_s) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
     def log_tail(self, max_bytes: int = 6000) -> str:
         return "" if self.server is None else self.server.log_tail(max_bytes)
 

@@ -157,12 +157,18 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
+    def freeze(self) -> None:
+        """SIGSTOP the whole process group: alive, holding its port, answering nothing (a hung engine)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped (hung) group acts on SIGTERM only once continued
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 60.0
 HEALTH_TIMEOUT_S = 30.0
 CLIENT_GRACE_S = 60.0
+HUNG_AFTER_S = 10.0  # an engine alive after a round that does not answer /health within this is hung
 """The driver waits this long past a replay's own deadline before it gives up on the client actor: the
 client cancels itself at the deadline and says so; only a client that cannot (stuck, partitioned) is cut off."""
 START_DELAY_S = 1.0
@@ -102,6 +103,10 @@ def _kill(actor: Any) -> None:
         ray.kill(actor)
     except Exception as e:
         logger.debug("could not kill actor %s: %s", actor, e)
+
+
+class _RecordsUnwritable(RuntimeError):
+    """The arm's records file stopped taking writes; the message says which file and after how many records."""
 
 
 class _ClientSilent(Exception):
@@ -389,7 +394,7 @@ class ArmRunner:
             self._stream_shard(rnd, client, part, result)
         except RayActorError as e:
             result.status, result.error = "lost", f"client actor died: {_actor_died(e)}"
-        except _ClientSilent as e:
+        except (_ClientSilent, _RecordsUnwritable) as e:
             result.status, result.error = "lost", str(e)
         except RayTaskError as e:
             # The replay itself raised (ReplayFailed, ReplayDeadlineExceeded: their text is the reason) or the
@@ -432,12 +437,24 @@ class ArmRunner:
             rnd.faults.records_received(received)
 
     def _keep(self, rnd: _Round, client: int, batch: list[RequestRecord], result: ShardResult) -> int:
-        """Stamp, append to disk and keep a batch; returns the round's record count so far."""
+        """Stamp, append to disk and keep a batch; returns the round's record count so far.
+
+        A file that stops taking writes (a full disk, a folder gone) ends this client's shard with that reason:
+        what is already on disk stays, and no record is kept that is not on disk."""
         with self.lock:
+            lines = []
             for rec in batch:
                 rec.round, rec.client, rec.level = rnd.index, client, rnd.level.index
-                rnd.out.write(rec.model_dump_json() + "\n")
-            rnd.out.flush()
+                lines.append(rec.model_dump_json() + "\n")
+            try:
+                rnd.faults.before_write(len(self.records))
+                rnd.out.write("".join(lines))
+                rnd.out.flush()
+            except OSError as e:
+                path = self.records_path.relative_to(self.run_dir)
+                raise _RecordsUnwritable(
+                    f"records file {path} stopped taking writes after {len(self.records)} record(s): {e}"
+                ) from e
             self.records.extend(batch)
             result.received += len(batch)
             rnd.received += len(batch)
@@ -495,6 +512,14 @@ class ArmRunner:
         if code is not None:
             tail = ray.get(self.engine.log_tail.remote())
             self.failure = (f"engine died during the replay (exit code {code}, round {round_index})", tail)
+        elif not ray.get(self.engine.responsive.remote(HUNG_AFTER_S)):
+            with self.lock:
+                timed_out = sum(1 for r in self.records if r.round == round_index and r.error_kind == "timeout")
+            self.failure = (
+                f"engine hung during round {round_index}: alive but /health not answered within {HUNG_AFTER_S:g} s; "
+                f"{timed_out} request(s) timed out",
+                None,
+            )
 
     def stop(self) -> None:
         """Idempotent; safe after any failure and from a Ctrl-C handler."""

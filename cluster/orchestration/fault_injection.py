@@ -15,6 +15,7 @@ module reads them from there instead, with nothing else changing.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -78,20 +79,38 @@ class RoundFaults:
     """
 
     def __init__(
-        self, engine: Any, clients: list[Any], kill_engine_after: int | None, kill_client_after: int | None
+        self,
+        engine: Any,
+        clients: list[Any],
+        kill_engine_after: int | None,
+        kill_client_after: int | None,
+        stop_engine_after: int | None = None,
+        records_unwritable_after: int | None = None,
     ) -> None:
         self._engine, self._clients = engine, clients
         self._kill_engine_after, self._kill_client_after = kill_engine_after, kill_client_after
+        self._stop_engine_after, self._unwritable_after = stop_engine_after, records_unwritable_after
         self._lock = threading.Lock()
+
+    def before_write(self, on_disk: int) -> None:
+        """Called before a batch of records is written, with how many are on disk: the injected full disk."""
+        if self._unwritable_after is not None and on_disk >= self._unwritable_after:
+            raise OSError(errno.ENOSPC, "No space left on device (chaos: records_unwritable_after_records)")
 
     def records_received(self, received: int) -> None:
         with self._lock:
             kill_engine = self._kill_engine_after is not None and received >= self._kill_engine_after
             kill_client = self._kill_client_after is not None and received >= self._kill_client_after
+            stop_engine = self._stop_engine_after is not None and received >= self._stop_engine_after
             if kill_engine:
                 self._kill_engine_after = None
             if kill_client:
                 self._kill_client_after = None
+            if stop_engine:
+                self._stop_engine_after = None
+        if stop_engine:
+            logger.debug("chaos: freezing (SIGSTOP) the engine's vLLM server after %d records", received)
+            ray.get(self._engine.freeze_server.remote())
         if kill_engine:
             logger.debug("chaos: killing the engine's vLLM server after %d records", received)
             ray.get(self._engine.kill_server.remote())
@@ -109,6 +128,9 @@ class NoFaults(RoundFaults):
     def records_received(self, received: int) -> None:
         return None
 
+    def before_write(self, on_disk: int) -> None:
+        return None
+
 
 NO_FAULTS = NoFaults()
 
@@ -119,6 +141,8 @@ class ArmHooks:
 
     kill_engine_after_records: int | None = None
     kill_client_after_records: int | None = None
+    stop_engine_after_records: int | None = None
+    records_unwritable_after_records: int | None = None
     fail_dispatch_after_records: int | None = None  # ClientSettings.fail_dispatch_after_records, first round
     simulate: SimulationSpec = field(default_factory=SimulationSpec)
     engine_tensor_parallel_size: int = 1  # what the experiment places (the simulated GPUs' TP)
@@ -145,9 +169,15 @@ class ArmHooks:
 
     def round_faults(self, round_index: int, engine: Any, clients: list[Any]) -> RoundFaults:
         """Chaos strikes in the first round only, so a later round measures a healthy arm."""
-        if round_index != 0 or (self.kill_engine_after_records is None and self.kill_client_after_records is None):
+        chaos = (
+            self.kill_engine_after_records,
+            self.kill_client_after_records,
+            self.stop_engine_after_records,
+            self.records_unwritable_after_records,
+        )
+        if round_index != 0 or all(c is None for c in chaos):
             return NO_FAULTS
-        return RoundFaults(engine, clients, self.kill_engine_after_records, self.kill_client_after_records)
+        return RoundFaults(engine, clients, *chaos)
 
     def client_fault(self, round_index: int) -> int | None:
         """The dispatcher fault of this round's clients: like chaos, in the first round only."""
@@ -165,6 +195,8 @@ def hooks_for(cfg: ExperimentConfig, arm_name: str, warmup: bool = False) -> Arm
     return ArmHooks(
         kill_engine_after_records=None if warmup else chaos.kill_engine_after_records.get(arm_name),
         kill_client_after_records=None if warmup else chaos.kill_client_after_records.get(arm_name),
+        stop_engine_after_records=None if warmup else chaos.stop_engine_after_records.get(arm_name),
+        records_unwritable_after_records=None if warmup else chaos.records_unwritable_after_records.get(arm_name),
         fail_dispatch_after_records=faults.fail_dispatch_after_records.get(arm_name),
         simulate=cfg.simulate,
         engine_tensor_parallel_size=cfg.engine.tensor_parallel_size,

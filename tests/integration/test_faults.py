@@ -65,6 +65,43 @@ def test_a_killed_engine_and_a_raising_dispatcher_each_fail_their_own_arm_and_ke
     assert "all-optimizations FAILED" in r.stdout
 
 
+def test_a_hung_engine_and_a_full_disk_each_fail_their_own_arm_the_run_ends_and_the_engine_is_cleaned_up(tmp_path):
+    """Two more faults in one run, both engines up at once: the engine of "hung" is SIGSTOPped after 2 records
+    (alive, holding its port, answering nothing); the records file of "full" fails every write after 2 records
+    (ENOSPC). The hung arm's requests time out and it fails as hung; the full arm fails naming its file and
+    keeps the 2 records on disk; the run ends and no engine (the stopped one included) is left behind."""
+    n = 40
+    exp = small_experiment(
+        tmp_path,
+        placement="parallel",
+        arms=[{"name": "hung"}, {"name": "full"}],
+        client={"warmup_requests": 1, "request_timeout_s": 4.0},
+        chaos={"stop_engine_after_records": {"hung": 2}, "records_unwritable_after_records": {"full": 2}},
+        workload={
+            "trace": {"kind": "synthetic", "num_requests": n, "input_tokens": 16, "output_tokens": 8, "rate_rps": 4}
+        },
+    )
+    r = moeperf_run(str(exp))
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path)
+    res = load_result(run_dir)
+    hung, full = res["arms"]
+
+    assert hung["status"] == "failed" and hung["failure_reason"].startswith("engine hung during round 0"), hung
+    timed_out = [rec for rec in hung["records"] if rec["error_kind"] == "timeout"]
+    assert timed_out and hung["requests_succeeded"] >= 2
+    assert len(hung["records"]) == n  # every request ended as a record: done, or timed out
+    on_disk = (run_dir / hung["records_file"]).read_text().splitlines()
+    assert len(on_disk) == n
+
+    assert full["status"] == "failed"
+    kept = [json.loads(line) for line in (run_dir / full["records_file"]).read_text().splitlines()]
+    assert len(kept) >= 2 and [rec["index"] for rec in full["records"]] == [rec["index"] for rec in kept]
+    reason = full["failure_reason"]
+    assert f"records file records/full.jsonl stopped taking writes after {len(kept)} record(s)" in reason, reason
+    assert "No space left on device" in reason
+
+
 def _driver_running_one_long_arm(tmp_path):
     """``moeperf run`` of one arm replaying 400 requests over 100 s, stopped at the first line that says its
     engine is healthy: the driver is then mid-run, with the engine up and requests about to flow."""
