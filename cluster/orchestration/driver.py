@@ -187,6 +187,19 @@ def check_platform(cfg: ExperimentConfig, device: Device) -> None:
             )
 
 
+def schedule_info(schedule: Schedule, requests: int, duration_s: float) -> ScheduleInfo:
+    """What the result says of the replay plan: its size and length (a sweep's over all its levels) and what the
+    planning clipped or skipped."""
+    return ScheduleInfo(
+        requests=requests,
+        duration_s=duration_s,
+        clipped_input=schedule.clipped_input,
+        clipped_output=schedule.clipped_output,
+        clipped_context=schedule.clipped_context,
+        skipped=schedule.skipped,
+    )
+
+
 class Driver:
     def __init__(self, cfg: ExperimentConfig, base_dir: Path | None, command: list[str]) -> None:
         self.cfg, self.base_dir, self.command = cfg, base_dir, command
@@ -443,15 +456,12 @@ class Driver:
             command=self.command,
             config=self.cfg,
             environment=env,
-            schedule=ScheduleInfo(
+            schedule=schedule_info(
+                schedule,
                 requests=sum(len(lv.requests) for lv in self.levels) if self.levels else len(schedule.requests),
                 duration_s=sum(max((r.send_offset_s for r in lv.requests), default=0.0) for lv in self.levels)
                 if self.cfg.sweep is not None
                 else schedule.duration_s,
-                clipped_input=schedule.clipped_input,
-                clipped_output=schedule.clipped_output,
-                clipped_context=schedule.clipped_context,
-                skipped=schedule.skipped,
             ),
             arms=arms,
             notes=notes,

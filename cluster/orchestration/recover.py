@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cluster.orchestration.driver import schedule_info
 from experiment.config import ConfigError, ExperimentConfig
-from result_format.run_result import ArmResult, RunResult, ScheduleInfo
+from result_format.run_result import ArmResult, RunResult
 from workloads.health import client_bound
 from workloads.metrics import summarize
 from workloads.records import RequestRecord
@@ -110,14 +111,7 @@ def recover_result(run_dir: Path, command: list[str]) -> RunResult:
         command=command,
         config=cfg,
         environment=env,
-        schedule=ScheduleInfo(
-            requests=len(schedule.requests),
-            duration_s=schedule.duration_s,
-            clipped_input=schedule.clipped_input,
-            clipped_output=schedule.clipped_output,
-            clipped_context=schedule.clipped_context,
-            skipped=schedule.skipped,
-        ),
+        schedule=schedule_info(schedule, requests=len(schedule.requests), duration_s=schedule.duration_s),
         arms=arms,
         notes=notes,
         error=RECOVERED_ERROR,

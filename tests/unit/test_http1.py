@@ -90,21 +90,27 @@ async def post(pool: Http1Pool, timeout_s: float | None = 5.0) -> tuple[int, byt
     return status, error_body, b"".join(got)
 
 
+def sequential_posts(srv: Server, n: int, loop: str) -> list[tuple[int, bytes, bytes]]:
+    """``n`` requests one after another through one pool to ``srv``."""
+
+    async def main():
+        async with srv as url:
+            pool = Http1Pool(url)
+            try:
+                return [await post(pool) for _ in range(n)]
+            finally:
+                pool.close()
+
+    return run(main, loop)  # type: ignore[return-value]
+
+
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("byte_at_a_time", [False, True], ids=["whole", "byte-at-a-time"])
 def test_a_chunked_stream_arrives_whole_however_it_is_cut_and_the_connection_is_reused(loop, byte_at_a_time):
     interim = b"HTTP/1.1 100 Continue\r\n\r\n"
     srv = Server(answering(interim + OK_CHUNKED, byte_at_a_time=byte_at_a_time))
 
-    async def main():
-        async with srv as url:
-            pool = Http1Pool(url)
-            try:
-                return [await post(pool) for _ in range(3)]
-            finally:
-                pool.close()
-
-    answers = run(main, loop)
+    answers = sequential_posts(srv, 3, loop)
     assert answers == [(200, b"", SSE_BODY)] * 3
     assert srv.connections == 1
 
@@ -115,15 +121,7 @@ def test_a_sized_error_answer_returns_its_status_and_body_and_connection_close_i
     answer = b"HTTP/1.1 429 Too Many\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     srv = Server(answering(answer, keep_serving=False))
 
-    async def main():
-        async with srv as url:
-            pool = Http1Pool(url)
-            try:
-                return [await post(pool) for _ in range(2)]
-            finally:
-                pool.close()
-
-    assert run(main, loop) == [(429, body, b"")] * 2
+    assert sequential_posts(srv, 2, loop) == [(429, body, b"")] * 2
     assert srv.connections == 2  # "Connection: close": never reused
 
 
@@ -155,15 +153,7 @@ def test_a_kept_alive_connection_the_server_dropped_is_retried_once_on_a_new_one
 
     srv = Server(handler)
 
-    async def main():
-        async with srv as url:
-            pool = Http1Pool(url)
-            try:
-                return [await post(pool) for _ in range(2)]
-            finally:
-                pool.close()
-
-    assert run(main, loop) == [(200, b"", SSE_BODY)] * 2
+    assert sequential_posts(srv, 2, loop) == [(200, b"", SSE_BODY)] * 2
     assert srv.connections == 2
 
 
