@@ -86,7 +86,8 @@ def test_mooncake_sharing_reaches_the_prefix_cache(engine):
 
 def test_a_rounds_prompts_never_hit_the_cache_the_previous_round_left(engine):
     base, name = engine
-    unique = [PlannedRequest(index=i, send_offset_s=0.05 * i, prompt_tokens=64, max_tokens=2) for i in range(6)]
+    # 256 tokens: two whole KV blocks on the CPU build (128 tokens each), so equal prompts can hit at all
+    unique = [PlannedRequest(index=i, send_offset_s=0.05 * i, prompt_tokens=256, max_tokens=2) for i in range(6)]
     seeds = [level_prompt_seed(11, rnd, None) for rnd in range(2)]
     hits = [prefix_cache_hits(base)]
     for seed in (*seeds, seeds[1]):  # round 0, round 1, then round 1's prompts once more: the control
