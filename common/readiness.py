@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -27,23 +27,29 @@ class ServerNotReady(TimeoutError):
         self.timeout_s = timeout_s
 
 
-def answers_ok(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+def answers_ok(url: str, timeout_s: float = PROBE_TIMEOUT_S, headers: Mapping[str, str] | None = None) -> bool:
     """One GET: True on HTTP 200; False on any other status, a refused connection or a timeout."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout_s) as r:
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 
 
-def wait_ready(url: str, exit_code: Callable[[], int | None], timeout_s: float, poll_interval_s: float) -> float:
+def wait_ready(
+    url: str,
+    exit_code: Callable[[], int | None],
+    timeout_s: float,
+    poll_interval_s: float,
+    headers: Mapping[str, str] | None = None,
+) -> float:
     """Seconds until ``url`` answers 200; ServerExited as soon as ``exit_code()`` is not None, ServerNotReady."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         code = exit_code()
         if code is not None:
             raise ServerExited(code)
-        if answers_ok(url):
+        if answers_ok(url, headers=headers):
             return time.monotonic() - t0
         time.sleep(poll_interval_s)  # polling a process we do not control: the only way to learn it is up
     raise ServerNotReady(timeout_s)

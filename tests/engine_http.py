@@ -15,7 +15,6 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.engine.api_key import with_api_key
 from cluster.engine.command import Device, PluginLabels, ServerCommand, server_command
 from cluster.engine.server import ServerProcess
 from experiment.config import EngineSpec, ModelSpec
@@ -38,7 +37,7 @@ def engine_server(
     api_key: str | None = None,
 ) -> ServerProcess:
     """Not yet started (use it as a context manager); its logs and a fresh metrics dir per start in tmp_path.
-    ``api_key``: the server requires it, handed over as the EngineActor hands it (``with_api_key``)."""
+    ``api_key``: the server requires it, handed over as for every engine moeperf starts (``ServerProcess``)."""
 
     def command(port: int) -> ServerCommand:
         metrics_dir = Path(tempfile.mkdtemp(prefix="prom-", dir=tmp_path))
@@ -46,7 +45,7 @@ def engine_server(
             model, str(model_path), engine, device, HOST, port, flags=flags, labels=labels, metrics_dir=metrics_dir
         )
 
-    return ServerProcess(command, with_api_key(clean_env(), api_key), tmp_path, HOST)
+    return ServerProcess(command, clean_env(), tmp_path, HOST, api_key=api_key)
 
 
 def complete(server: ServerProcess, name: str, n_prompt: int, max_tokens: int) -> None:

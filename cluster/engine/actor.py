@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ray
 
-from cluster.engine.api_key import auth_headers, with_api_key
+from cluster.engine.api_key import auth_headers
 from cluster.engine.command import (
     Device,
     MissingSharedJitCache,
@@ -119,8 +119,10 @@ class EngineActor:
         """
         model_path = resolve_model_path(self.model)
         host = self._host()
-        env = with_api_key(os.environ if base_env is None else base_env, self.api_key)
-        self.server = ServerProcess(lambda port: self._command(model_path, host, port), env, self.log_dir, host)
+        env = os.environ if base_env is None else base_env
+        self.server = ServerProcess(
+            lambda port: self._command(model_path, host, port), env, self.log_dir, host, api_key=self.api_key
+        )
         self.server.start()
         return self.server.wait_healthy(self.engine.startup_timeout_s)
 
@@ -176,7 +178,8 @@ class EngineActor:
         if self.server is None:
             return "", "engine not started"
         try:
-            with urllib.request.urlopen(f"{self.server.url}/metrics", timeout=30) as r:
+            req = urllib.request.Request(f"{self.server.url}/metrics", headers=auth_headers(self.api_key))
+            with urllib.request.urlopen(req, timeout=30) as r:
                 return str(r.read().decode()), None
         except OSError as e:
             return "", f"GET /metrics failed: {e}"
@@ -206,13 +209,7 @@ class EngineActor:
 
     def responsive(self, timeout_s: float) -> bool:
         """GET /health answers within ``timeout_s``: an engine alive but hung does not."""
-        if self.server is None:
-            return False
-        try:
-            with urllib.request.urlopen(f"{self.server.url}/health", timeout=timeout_s) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return self.server is not None and self.server.healthy(timeout_s)
 
     def log_tail(self, max_bytes: int = 6000) -> str:
         return "" if self.server is None else self.server.log_tail(max_bytes)

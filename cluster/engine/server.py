@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from cluster.engine.api_key import auth_headers, with_api_key
 from cluster.engine.command import ServerCommand
 from common.ports import free_port
 from common.readiness import ServerExited, ServerNotReady, answers_ok, wait_ready
@@ -68,8 +69,12 @@ class ServerProcess:
         log_dir: Path,
         host: str,
         port_attempts: int = PORT_ATTEMPTS,
+        api_key: str | None = None,
     ) -> None:
-        self.command_for_port, self.base_env, self.log_dir, self.host = command_for_port, base_env, log_dir, host
+        # The key reaches the server in its spawn environment only, and every probe here carries it.
+        self.base_env = with_api_key(base_env, api_key)
+        self.headers = auth_headers(api_key)
+        self.command_for_port, self.log_dir, self.host = command_for_port, log_dir, host
         self.port_attempts = port_attempts
         self.attempt = -1
         self.port = 0
@@ -114,8 +119,10 @@ class ServerProcess:
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def healthy(self) -> bool:
-        return answers_ok(f"{self.url}/health")
+    def healthy(self, timeout_s: float | None = None) -> bool:
+        if timeout_s is None:
+            return answers_ok(f"{self.url}/health", headers=self.headers)
+        return answers_ok(f"{self.url}/health", timeout_s, headers=self.headers)
 
     def wait_healthy(self, timeout_s: float, poll_interval_s: float = 0.5) -> float:
         """Seconds from the last start until healthy; raises with the log tail if it exits or times out.
@@ -135,7 +142,7 @@ class ServerProcess:
 
     def _wait_this_attempt(self, timeout_s: float, poll_interval_s: float) -> float:
         try:
-            return wait_ready(f"{self.url}/health", self.poll, timeout_s, poll_interval_s)
+            return wait_ready(f"{self.url}/health", self.poll, timeout_s, poll_interval_s, self.headers)
         except ServerExited as e:
             raise EngineStartError(
                 f"vLLM server exited with code {e.code} before becoming healthy", self.log_tail()
