@@ -16,6 +16,8 @@ import importlib.util
 import json
 import logging
 import os
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -162,11 +164,26 @@ def connect_ray(cfg: ExperimentConfig) -> bool:
     address = cfg.ray_address or os.environ.get("RAY_ADDRESS")
     if ray.is_initialized():
         return False
-    if address:
-        ray.init(address=address, logging_level=logging.WARNING)
-        return False
-    ray.init(address="local", include_dashboard=cfg.metrics.ray_dashboard, logging_level=logging.WARNING)
+    with _sigterm_kept():
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING)
+            return False
+        ray.init(address="local", include_dashboard=cfg.metrics.ray_dashboard, logging_level=logging.WARNING)
     return True
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """ray.init replaces the SIGTERM handler with ``sys.exit(15)``: engines would be stopped by the finally
+    blocks, but no result written and the exit code 15. Keep whatever the caller had (the CLI's: the same
+    clean stop as Ctrl-C, exit 130)."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def resolve_device(cfg: ExperimentConfig) -> Device:

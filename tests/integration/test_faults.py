@@ -75,7 +75,7 @@ def test_a_hung_engine_and_a_full_disk_each_fail_their_own_arm_the_run_ends_and_
         tmp_path,
         placement="parallel",
         arms=[{"name": "hung"}, {"name": "full"}],
-        client={"warmup_requests": 1, "request_timeout_s": 4.0},
+        client={"warmup_requests": 1, "request_timeout_s": 8.0},
         chaos={"stop_engine_after_records": {"hung": 2}, "records_unwritable_after_records": {"full": 2}},
         workload={
             "trace": {"kind": "synthetic", "num_requests": n, "input_tokens": 16, "output_tokens": 8, "rate_rps": 4}
@@ -89,7 +89,7 @@ def test_a_hung_engine_and_a_full_disk_each_fail_their_own_arm_the_run_ends_and_
 
     assert hung["status"] == "failed" and hung["failure_reason"].startswith("engine hung during round 0"), hung
     timed_out = [rec for rec in hung["records"] if rec["error_kind"] == "timeout"]
-    assert timed_out and hung["requests_succeeded"] >= 2
+    assert len(timed_out) >= n - 2 - hung["requests_succeeded"] > 0  # what was sent after the freeze timed out
     assert len(hung["records"]) == n  # every request ended as a record: done, or timed out
     on_disk = (run_dir / hung["records_file"]).read_text().splitlines()
     assert len(on_disk) == n
