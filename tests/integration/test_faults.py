@@ -88,8 +88,8 @@ def test_a_hung_engine_and_a_full_disk_each_fail_their_own_arm_the_run_ends_and_
     hung, full = res["arms"]
 
     assert hung["status"] == "failed" and hung["failure_reason"].startswith("engine hung during round 0"), hung
-    timed_out = [rec for rec in hung["records"] if rec["error_kind"] == "timeout"]
-    assert len(timed_out) >= n - 2 - hung["requests_succeeded"] > 0  # what was sent after the freeze timed out
+    failed = [rec for rec in hung["records"] if rec["error"] is not None]
+    assert failed and all(rec["error_kind"] == "timeout" for rec in failed)  # sent to a frozen engine: timed out
     assert len(hung["records"]) == n  # every request ended as a record: done, or timed out
     on_disk = (run_dir / hung["records_file"]).read_text().splitlines()
     assert len(on_disk) == n
