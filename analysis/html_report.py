@@ -7,7 +7,6 @@ and shared long after the cluster is gone.
 from __future__ import annotations
 
 import json
-import math
 from html import escape
 
 import numpy as np
@@ -32,11 +31,12 @@ from analysis.markdown import (
     warmup_sentence,
 )
 from analysis.nightly import NightlyVerdict
-from analysis.samples import arm_control_of, record_round
+from analysis.samples import arm_control_of
 from analysis.svg import BandSeries, Series, cdf_series, frontier_chart, line_chart
 from analysis.sweep import SweepAnalysis
 from analysis.verdicts import ArmComparison, RunAnalysis
 from result_format.run_result import ArmResult, RunResult
+from workloads.record_columns import RecordColumns, gather_csr
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1320px;color:#222}
@@ -137,16 +137,25 @@ def _rates(analysis: RunAnalysis) -> str:
     return f"<p>{escape(rates_sentence(analysis))}</p>" + _table(RATE_HEADERS, rate_rows(analysis), cls="rates")
 
 
+def _finite(values: np.ndarray) -> np.ndarray:
+    return values[~np.isnan(values)]
+
+
+def _ok_itl(cols: RecordColumns) -> np.ndarray:
+    flat, offsets = cols.itl
+    return gather_csr(flat, offsets, np.flatnonzero(cols.ok))[0]
+
+
 def _throughput_series(arm: ArmResult) -> Series:
     """Output tokens/s against time since the round's first send, averaged over the arm's rounds."""
-    ok = [r for r in arm.records if r.ok and r.actual_send_s is not None]
-    if not ok:
+    cols = arm.columns
+    ok = cols.select(cols.ok & ~np.isnan(cols.actual_send_s))
+    if not len(ok):
         return Series(arm.name, [], [])
-    t0: dict[int, float] = {}
-    for r in ok:
-        rnd = record_round(r)
-        t0[rnd] = min(t0.get(rnd, math.inf), r.intended_send_s)
-    times = np.array([t - t0[record_round(r)] for r in ok for t in r.token_times_s])
+    rounds = ok.rounds()
+    t0 = {rnd: float(ok.intended_send_s[ok.round == rnd].min()) for rnd in rounds}
+    start = np.array([t0[int(rnd)] for rnd in ok.round])
+    times = ok.token_times_s - np.repeat(start, ok.token_counts)
     if times.size == 0:
         return Series(arm.name, [], [])
     span = float(times.max())
@@ -157,12 +166,9 @@ def _throughput_series(arm: ArmResult) -> Series:
 
 
 def _charts(result: RunResult) -> str:
-    ok_arms = [a for a in result.arms if a.records]
-    ttft = [
-        cdf_series(a.name, np.array([v for r in a.records if r.ok and (v := r.ttft_s) is not None]) * 1000)
-        for a in ok_arms
-    ]
-    itl = [cdf_series(a.name, np.array([v for r in a.records if r.ok for v in r.itl_s]) * 1000) for a in ok_arms]
+    ok_arms = [a for a in result.arms if len(a.columns)]
+    ttft = [cdf_series(a.name, _finite(a.columns.ttft_s[a.columns.ok]) * 1000) for a in ok_arms]
+    itl = [cdf_series(a.name, _ok_itl(a.columns) * 1000) for a in ok_arms]
     thr = [_throughput_series(a) for a in ok_arms]
     return (
         '<div class="plots">'

@@ -10,16 +10,15 @@ from analysis.markdown import render_markdown
 from analysis.nightly import NightlyVerdict
 from analysis.sweep import analyse_sweep
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
-from result_format.run_result import RunResult
+from result_format.run_result import RunResult, load_run
 
 FORMATS = ("html", "md")
 FILE_NAMES = {"html": "report.html", "md": "report.md"}
 
 
 def load_result(path: Path) -> RunResult:
-    """A run folder (``runs/<id>``) or its ``result.json``."""
-    file = path / "result.json" if path.is_dir() else path
-    return RunResult.model_validate_json(file.read_bytes())
+    """A run folder (``runs/<id>``) or its ``result.json``, its arms' records found in its folder."""
+    return load_run(path)
 
 
 def write_report(

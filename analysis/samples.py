@@ -19,9 +19,10 @@ from functools import cached_property
 
 import numpy as np
 
-from experiment.slo import SloSpec, meets_slo
+from experiment.slo import SloSpec, slo_met
 from result_format.run_result import ArmResult
 from workloads.metrics import token_events
+from workloads.record_columns import NO_INT, RecordColumns, as_columns
 from workloads.records import RequestRecord
 
 FloatArray = np.ndarray
@@ -45,11 +46,6 @@ def _merge_runs(values: FloatArray, owners: np.ndarray, per_request: bool) -> Fa
     starts = np.flatnonzero(new)
     mult = np.diff(np.concatenate((starts, [v.size])))
     return v[starts], o[starts], mult.astype(np.int64)
-
-
-def record_round(record: RequestRecord) -> int:
-    """The interleaving round of a record; files from before rounds existed are one round (0)."""
-    return int(getattr(record, "round", 0) or 0)
 
 
 def arm_control_of(arm: ArmResult) -> str | None:
@@ -153,19 +149,20 @@ class ArmSamples:
         return sorted({int(r) for r in self.rounds})
 
 
-def slot_stride(arms_records: Sequence[Sequence[RequestRecord]]) -> int:
+def slot_stride(arms_records: Sequence[RecordColumns | Sequence[RequestRecord]]) -> int:
     """Slots one sweep level takes: the run's largest request index plus one (every arm, every record)."""
-    return 1 + max((r.index for recs in arms_records for r in recs), default=0)
+    biggest = [int(c.index.max()) for recs in arms_records if len(c := as_columns(recs))]
+    return 1 + max(biggest, default=0)
 
 
-def record_slot(record: RequestRecord, stride: int) -> int:
-    """The schedule slot of a record, unique per (level, index): a sweep level's indices restart at 0, so
+def record_slots(records: RecordColumns, stride: int) -> np.ndarray:
+    """The schedule slot of each record, unique per (level, index): a sweep level's indices restart at 0, so
     level ``k`` takes slots ``[k * stride, (k + 1) * stride)``. Without a sweep the slot is the index."""
-    return (record.level or 0) * stride + record.index
+    return np.maximum(records.level, 0) * stride + records.index
 
 
-def _level_shifts(ok: Sequence[RequestRecord]) -> dict[tuple[int, int], float]:
-    """Per (round, level), the shift laying a round's sweep levels end to end in level order.
+def _level_shifts(ok: RecordColumns) -> np.ndarray:
+    """Per record, the shift laying a round's sweep levels end to end in level order.
 
     Every level is its own replay with its clock restarting at 0; shifted, a round's window is the sum
     of its levels' windows (first intended send to last end of each level's requests here), the rate over
@@ -173,24 +170,24 @@ def _level_shifts(ok: Sequence[RequestRecord]) -> dict[tuple[int, int], float]:
     of two arms cover the same levels. The first level of a round stays where it is, so a run without a
     sweep, or a view of one level, is unchanged.
     """
-    windows: dict[tuple[int, int], tuple[float, float]] = {}
-    for r in ok:
-        if r.level is None or r.end_s is None:
-            continue
-        key = (record_round(r), r.level)
-        lo, hi = windows.get(key, (r.intended_send_s, r.end_s))
-        windows[key] = (min(lo, r.intended_send_s), max(hi, r.end_s))
-    shifts: dict[tuple[int, int], float] = {}
+    out = np.zeros(len(ok))
+    swept = (ok.level != NO_INT) & ~np.isnan(ok.end_s)
+    if not swept.any():
+        return out
+    keys = sorted({(int(r), int(lv)) for r, lv in zip(ok.round[swept], ok.level[swept], strict=True)})
     cursor: dict[int, float] = {}
-    for rnd, level in sorted(windows):
-        start, end = windows[(rnd, level)]
+    for rnd, level in keys:
+        mine = swept & (ok.round == rnd) & (ok.level == level)
+        start, end = float(ok.intended_send_s[mine].min()), float(ok.end_s[mine].max())
         shift = cursor.get(rnd, start) - start
-        shifts[(rnd, level)] = shift
+        out[(ok.round == rnd) & (ok.level == level)] = shift
         cursor[rnd] = end + shift
-    return shifts
+    return out
 
 
-def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec, stride: int | None = None) -> ArmSamples:
+def arm_samples(
+    name: str, records: RecordColumns | Sequence[RequestRecord], slo: SloSpec, stride: int | None = None
+) -> ArmSamples:
     """Arrays of the arm's successful requests with a first token; failures count against goodput only
     through their absence (they never meet the SLOs).
 
@@ -198,31 +195,27 @@ def arm_samples(name: str, records: Sequence[RequestRecord], slo: SloSpec, strid
     the slots); None: from these records alone. With a sweep, times are laid out as ``_level_shifts``
     says; latencies are differences and do not move.
     """
-    ok = [r for r in records if r.ok and r.ttft_s is not None and r.e2e_s is not None]
-    stride = slot_stride([records]) if stride is None else stride
-    shifts = _level_shifts(ok)
-    shift = np.array([shifts.get((record_round(r), r.level or 0), 0.0) for r in ok], dtype=np.float64)
-    itl_lists = [r.itl_s for r in ok]
-    offsets = np.concatenate(([0], np.cumsum([len(x) for x in itl_lists]))).astype(np.int64)
-    flat = np.fromiter((v for x in itl_lists for v in x), dtype=np.float64, count=int(offsets[-1]))
-    events = [token_events(r) for r in ok]
-    tok_offsets = np.concatenate(([0], np.cumsum([len(t) for t, _ in events]))).astype(np.int64)
-    token_shift = np.repeat(shift, np.diff(tok_offsets))
+    cols = as_columns(records)
+    stride = slot_stride([cols]) if stride is None else stride
+    ok = cols.select(cols.ok & ~np.isnan(cols.ttft_s) & ~np.isnan(cols.e2e_s))
+    shift = _level_shifts(ok)
+    itl_flat, itl_offsets = ok.itl
+    times, weights, tok_offsets = token_events(ok)
     return ArmSamples(
         name=name,
-        ttft_s=np.array([r.ttft_s for r in ok], dtype=np.float64),
-        tpot_s=np.array([np.nan if r.tpot_s is None else r.tpot_s for r in ok], dtype=np.float64),
-        e2e_s=np.array([r.e2e_s for r in ok], dtype=np.float64),
-        itl_flat_s=flat,
-        itl_offsets=offsets,
-        output_tokens=np.array([r.output_tokens or len(r.token_times_s) for r in ok], dtype=np.float64),
-        start_s=np.array([r.intended_send_s for r in ok], dtype=np.float64) + shift,
-        end_s=np.array([r.end_s for r in ok], dtype=np.float64) + shift,
-        slo_met=np.array([meets_slo(r, slo) for r in ok], dtype=bool),
-        rounds=np.array([record_round(r) for r in ok], dtype=np.int64),
-        slots=np.array([record_slot(r, stride) for r in ok], dtype=np.int64),
-        token_times_s=np.array([v for t, _ in events for v in t], dtype=np.float64) + token_shift,
-        token_weights=np.array([v for _, w in events for v in w], dtype=np.float64),
+        ttft_s=ok.ttft_s,
+        tpot_s=ok.tpot_s,
+        e2e_s=ok.e2e_s,
+        itl_flat_s=itl_flat,
+        itl_offsets=itl_offsets,
+        output_tokens=np.where(ok.output_tokens > 0, ok.output_tokens, ok.token_counts).astype(np.float64),
+        start_s=ok.intended_send_s + shift,
+        end_s=ok.end_s + shift,
+        slo_met=slo_met(ok, slo),
+        rounds=ok.round.astype(np.int64),
+        slots=record_slots(ok, stride),
+        token_times_s=times + np.repeat(shift, np.diff(tok_offsets)),
+        token_weights=weights,
         token_offsets=tok_offsets,
     )
 

@@ -27,6 +27,7 @@ import numpy as np
 from analysis.samples import ArmSamples, arm_samples, slot_stride
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
+from workloads.record_columns import RecordColumns, as_columns
 from workloads.records import RequestRecord
 
 SteadyStateRule = Literal["mser5", "none"]
@@ -50,28 +51,36 @@ def mser5_cut(values: Sequence[float], batch: int = BATCH, max_fraction: float =
     return best_d * batch
 
 
-def _ttft_by_slot(records: Sequence[RequestRecord], rnd: int) -> list[float]:
-    mine = sorted((r for r in records if r.round == rnd and r.ok and r.ttft_s is not None), key=lambda r: r.index)
-    return [float(r.ttft_s) for r in mine if r.ttft_s is not None]
+def _ttft_by_slot(records: RecordColumns, rnd: int) -> np.ndarray:
+    """TTFT of the round's successful requests in schedule order, and their indices."""
+    mine = np.flatnonzero((records.round == rnd) & records.ok & ~np.isnan(records.ttft_s))
+    return mine[np.argsort(records.index[mine], kind="stable")]
 
 
-def warmup_slots(arms_records: Sequence[Sequence[RequestRecord]]) -> dict[int, int]:
+def warmup_slots(arms_records: Sequence[RecordColumns | Sequence[RequestRecord]]) -> dict[int, int]:
     """Per round, the schedule index below which requests count as warm-up in every arm."""
-    rounds = sorted({r.round for recs in arms_records for r in recs})
+    arms = [as_columns(recs) for recs in arms_records]
+    rounds = sorted({rnd for cols in arms for rnd in cols.rounds()})
     cuts: dict[int, int] = {}
     for rnd in rounds:
         cut_index = 0
-        for recs in arms_records:
-            in_round = sorted((r for r in recs if r.round == rnd and r.ok), key=lambda r: r.index)
-            k = mser5_cut(_ttft_by_slot(recs, rnd))
-            if k and k <= len(in_round):
-                cut_index = max(cut_index, in_round[k - 1].index + 1)
+        for cols in arms:
+            in_round = np.sort(cols.index[(cols.round == rnd) & cols.ok])
+            k = mser5_cut(cols.ttft_s[_ttft_by_slot(cols, rnd)])
+            if k and k <= in_round.size:
+                cut_index = max(cut_index, int(in_round[k - 1]) + 1)
         cuts[rnd] = cut_index
     return cuts
 
 
-def steady(records: Sequence[RequestRecord], cuts: dict[int, int]) -> list[RequestRecord]:
-    return [r for r in records if r.index >= cuts.get(r.round, 0)]
+def steady(records: RecordColumns | Sequence[RequestRecord], cuts: dict[int, int]) -> RecordColumns:
+    cols = as_columns(records)
+    if not cuts:
+        return cols
+    floor = np.zeros(len(cols), dtype=np.int64)
+    for rnd, cut in cuts.items():
+        floor[cols.round == rnd] = cut
+    return cols.select(cols.index >= floor)
 
 
 @dataclass(frozen=True)
@@ -83,24 +92,24 @@ class JudgedArms:
     cuts: dict[int, int]  # round -> schedule slots excluded as warm-up (0 where none)
 
 
-def measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+def measured(records: RecordColumns | Sequence[RequestRecord]) -> RecordColumns:
     """The records that can be judged: all but a sweep level's warm-up share."""
-    return [r for r in records if not r.warmup]
+    return as_columns(records).measured
 
 
 def judged_arms(result: RunResult, slo: SloSpec, rule: SteadyStateRule = "mser5") -> JudgedArms:
     """Steady-state samples of the run's ok arms with at least two successful requests (warm-up share
     records never; a sweep run without the MSER-5 cut)."""
-    ok_arms = [measured(a.records) for a in result.arms if a.status == "ok"]
+    ok_arms = [a.columns.measured for a in result.arms if a.status == "ok"]
     cuts = warmup_slots(ok_arms) if rule == "mser5" and result.config.sweep is None else {}
-    stride = slot_stride([a.records for a in result.arms])
+    stride = slot_stride([a.columns for a in result.arms])
     samples: dict[str, ArmSamples] = {}
     skipped: dict[str, str] = {}
     for arm in result.arms:
         if arm.status != "ok":
             skipped[arm.name] = f"arm {arm.status}: {arm.failure_reason or 'no reason recorded'}"
             continue
-        s = arm_samples(arm.name, steady(measured(arm.records), cuts), slo, stride)
+        s = arm_samples(arm.name, steady(arm.columns.measured, cuts), slo, stride)
         if s.n < 2:
             skipped[arm.name] = f"only {s.n} successful request(s)"
         else:

@@ -38,10 +38,10 @@ from analysis.samples import ArmSamples, arm_control_of
 from analysis.steady_state import judged_arms
 from analysis.verdicts import AnalysisSettings, RunAnalysis, Verdict, analyse_run, choose_baseline
 from common.strict import StrictModel
-from experiment.slo import SloSpec, meets_slo
+from experiment.slo import SloSpec, slo_met
 from result_format.run_result import RunResult
 from workloads.metrics import RateEstimate, round_window
-from workloads.records import RequestRecord
+from workloads.record_columns import RecordColumns
 
 CI_LEVEL = 0.95
 """Coverage of the per-arm intervals (level points, capacity): one arm's sampling error, no verdict on them."""
@@ -240,18 +240,13 @@ class SweepAnalysis(StrictModel):
 
 def level_view(result: RunResult, level: int) -> RunResult:
     """The run as if it had served only level ``level``: every arm's measured requests of that level."""
-    arms = [
-        a.model_copy(update={"records": [r for r in a.records if r.level == level and not r.warmup]})
-        for a in result.arms
-    ]
+    arms = [a.with_columns(a.columns.measured.at_level(level)) for a in result.arms]
     return result.model_copy(update={"arms": arms})
 
 
-def _tokens(r: RequestRecord) -> float:
-    """Output tokens of a request as the rates count them (``workloads.metrics.token_events``)."""
-    if not r.ok:
-        return 0.0
-    return float(r.output_tokens if r.output_tokens is not None else len(r.token_times_s))
+def _tokens(records: RecordColumns) -> np.ndarray:
+    """Output tokens of each request as the rates count them (``workloads.metrics.token_events``), 0 if failed."""
+    return np.where(records.ok, records.output_token_count, 0).astype(np.float64)
 
 
 Rounds = tuple[int, ...] | None
@@ -273,7 +268,7 @@ class _Cell:
 
     arm: str
     level: int
-    records: list[RequestRecord]
+    records: RecordColumns
     counts: np.ndarray  # (B + 1, n)
     tp: int
     tokens: np.ndarray  # output tokens per request, 0 for a failed one
@@ -283,17 +278,17 @@ class _Cell:
     cache: dict[Rounds, _Values] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, arm: str, level: int, records: list[RequestRecord], counts: np.ndarray, slo: SloSpec, tp: int) -> _Cell:
+    def of(cls, arm: str, level: int, records: RecordColumns, counts: np.ndarray, slo: SloSpec, tp: int) -> _Cell:
         return cls(
             arm,
             level,
             records,
             counts,
             tp,
-            np.array([_tokens(r) for r in records], dtype=np.float64),
-            np.array([meets_slo(r, slo) for r in records], dtype=np.float64),
-            np.array([r.tpot_s if r.ok and r.tpot_s is not None else np.nan for r in records], dtype=np.float64),
-            np.array([r.round for r in records], dtype=np.int64),
+            _tokens(records),
+            slo_met(records, slo).astype(np.float64),
+            np.where(records.ok, records.tpot_s, np.nan),
+            records.round.astype(np.int64),
         )
 
     def values(self, rounds: Rounds = None) -> _Values:
@@ -305,7 +300,7 @@ class _Cell:
         keep = np.flatnonzero(np.isin(self.rounds, rounds) if rounds is not None else np.ones(len(self.records), bool))
         span = 0.0
         for rnd in np.unique(self.rounds[keep]):
-            start, end = round_window([self.records[i] for i in keep if self.rounds[i] == rnd])
+            start, end = round_window(self.records.select(keep[self.rounds[keep] == rnd]))
             span += max(end - start, 0.0)
         counts, tpot = self.counts[:, keep], self.tpot_s[keep]
         drawn = counts.sum(axis=1)
@@ -324,20 +319,19 @@ class _Cell:
         return out
 
 
-def _level_counts(
-    by_arm: dict[str, list[RequestRecord]], resamples: int, rng: np.random.Generator
-) -> dict[str, np.ndarray]:
+def _level_counts(by_arm: dict[str, RecordColumns], resamples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Per arm, (resamples + 1, n) draw counts of its records: row 0 all ones, then slots redrawn inside each
     round with the same draws for every arm (a slot an arm does not have is skipped in that arm), as
     ``stats.slot_bootstrap`` does, failed requests included (they count against attainment)."""
     counts = {arm: np.zeros((resamples, len(recs)), dtype=np.int64) for arm, recs in by_arm.items()}
-    rounds = sorted({r.round for recs in by_arm.values() for r in recs})
+    rounds = sorted({rnd for recs in by_arm.values() for rnd in recs.rounds()})
     for rnd in rounds:
-        slots = np.unique([r.index for recs in by_arm.values() for r in recs if r.round == rnd])
+        slots = np.unique(np.concatenate([recs.index[recs.round == rnd] for recs in by_arm.values()]))
         drawn = slots[rng.integers(0, slots.size, (resamples, slots.size))]
         rows = np.repeat(np.arange(resamples), slots.size)
         for arm, recs in by_arm.items():
-            mine = np.array([(i, r.index) for i, r in enumerate(recs) if r.round == rnd], dtype=np.int64)
+            at = np.flatnonzero(recs.round == rnd)
+            mine = np.stack([at, recs.index[at]], axis=1)
             if mine.size == 0:
                 continue
             lookup = np.full(int(slots.max()) + 1, -1, dtype=np.int64)
@@ -396,7 +390,7 @@ def _point(
     rng: np.random.Generator,
     threshold: float,
 ) -> LevelArmPoint:
-    records = cell.records if cell is not None else []
+    records = cell.records if cell is not None else RecordColumns.empty()
     rates = level.analysis.arm_rates.get(arm)
     v = cell.values() if cell is not None else None
     att = _finite(float(v.attainment[0])) if v is not None else None
@@ -406,7 +400,7 @@ def _point(
         label=level.label,
         load=level.load,
         requests_measured=len(records),
-        requests_succeeded=sum(1 for r in records if r.ok),
+        requests_succeeded=int(records.ok.sum()),
         slo_attainment=att,
         slo_attainment_ci=_percentile_ci(v.attainment[1:]) if v is not None else None,
         meets_slo=att is not None and att >= threshold,
@@ -433,7 +427,7 @@ class _ArmLevels:
     threshold: float  # the sweep's capacity_attainment
 
     def stack(self, rounds: Rounds, what: str) -> np.ndarray:
-        cols = [getattr(c.values(rounds), what) if c.records else np.full(self.rows, np.nan) for c in self.cells]
+        cols = [getattr(c.values(rounds), what) if len(c.records) else np.full(self.rows, np.nan) for c in self.cells]
         return np.stack(cols, axis=1)
 
     def curves(self, rounds: Rounds = None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -450,7 +444,7 @@ class _ArmLevels:
         return [capacity_crossing(self.loads, row, self.threshold) for row in self.stack(rounds, "attainment")]
 
     def rounds(self) -> set[int]:
-        return {r.round for c in self.cells for r in c.records}
+        return {rnd for c in self.cells for rnd in c.records.rounds()}
 
 
 def _frontier(al: _ArmLevels) -> ArmFrontier:
@@ -742,7 +736,7 @@ def analyse_sweep(result: RunResult, settings: AnalysisSettings | None = None) -
         view = level_view(result, i)
         level = SweepLevel(index=i, label=labels[i], load=loads[i], analysis=analyse_run(view, level_settings))
         levels.append(level)
-        by_arm = {a.name: a.records for a in view.arms if a.status == "ok" and a.records}
+        by_arm = {a.name: a.columns for a in view.arms if a.status == "ok" and len(a.columns)}
         counts = _level_counts(by_arm, settings.bootstrap_resamples, rng) if by_arm else {}
         for arm, recs in by_arm.items():
             cells[(arm, i)] = _Cell.of(arm, i, recs, counts[arm], slo, tp)
@@ -754,8 +748,8 @@ def analyse_sweep(result: RunResult, settings: AnalysisSettings | None = None) -
     skipped.update({arm: "no measured request at any level" for arm in ok_arms if arm not in usable})
     arm_levels: dict[str, _ArmLevels] = {}
     for arm in usable:
-        arm_cells = [cells.get((arm, i)) or _Cell.of(arm, i, [], np.ones((rows, 0), dtype=np.int64), slo, tp)
-                     for i in by_load]  # fmt: skip
+        none = np.ones((rows, 0), dtype=np.int64)
+        arm_cells = [cells.get((arm, i)) or _Cell.of(arm, i, RecordColumns.empty(), none, slo, tp) for i in by_load]
         arm_levels[arm] = _ArmLevels(arm, arm_cells, [loads[i] for i in by_load], [labels[i] for i in by_load], rows,
                                      sweep.capacity_attainment)  # fmt: skip
     capacities = {arm: _capacity(al, sweep.load_unit) for arm, al in arm_levels.items()}
@@ -817,7 +811,7 @@ def arm_capacities(
     ok_arms = [a for a in result.arms if a.status == "ok"]
     cells: dict[tuple[str, int], _Cell] = {}
     for i in range(len(sweep.levels)):
-        by_arm = {a.name: recs for a in ok_arms if (recs := [r for r in a.records if r.level == i and not r.warmup])}
+        by_arm = {a.name: recs for a in ok_arms if len(recs := a.columns.measured.at_level(i))}
         counts = _level_counts(by_arm, resamples, rng) if by_arm else {}
         for arm, recs in by_arm.items():
             cells[(arm, i)] = _Cell.of(arm, i, recs, counts[arm], slo, tp)
@@ -826,7 +820,9 @@ def arm_capacities(
         if not any((a.name, i) in cells for i in by_load):
             continue
         empty = np.ones((resamples + 1, 0), dtype=np.int64)
-        arm_cells = [cells.get((a.name, i)) or _Cell.of(a.name, i, [], empty, slo, tp) for i in by_load]
+        arm_cells = [
+            cells.get((a.name, i)) or _Cell.of(a.name, i, RecordColumns.empty(), empty, slo, tp) for i in by_load
+        ]
         al = _ArmLevels(a.name, arm_cells, [loads[i] for i in by_load], [labels[i] for i in by_load], resamples + 1,
                         sweep.capacity_attainment)  # fmt: skip
         out[a.name] = _capacity(al, sweep.load_unit)

@@ -25,7 +25,7 @@ from pydantic import Field
 from analysis import design, stats
 from analysis.compilation import compile_check
 from analysis.samples import ArmSamples, arm_control_of
-from analysis.steady_state import SteadyStateRule, judged_arms, measured
+from analysis.steady_state import SteadyStateRule, judged_arms
 from common.strict import StrictModel
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
@@ -285,7 +285,7 @@ def _pooled_levels_note(result: RunResult) -> str | None:
     """For a sweep run whose records span several levels: what its whole-run comparison is."""
     if result.config.sweep is None:
         return None
-    levels = {r.level for a in result.arms for r in a.records if r.level is not None and not r.warmup}
+    levels = {lv for a in result.arms for lv in a.columns.measured.levels()}
     if len(levels) < 2:
         return None  # one level's view (the sweep analysis judges each level so)
     return (
@@ -328,5 +328,5 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
         comparisons=checked,
         warmup_excluded={k: v for k, v in judged.cuts.items() if v},
         skipped_arms=judged.skipped,
-        arm_rates={a.name: arm_rates(measured(a.records), slo) for a in result.arms if measured(a.records)},
+        arm_rates={a.name: arm_rates(a.columns.measured, slo) for a in result.arms if len(a.columns.measured)},
     )

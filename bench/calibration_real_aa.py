@@ -27,7 +27,7 @@ from typing import Any
 
 from analysis.verdicts import analyse_run
 from common.environment import command_line, cpu_model, git_commit, package_version, python_version, utc_now_iso
-from result_format.run_result import RunResult
+from result_format.run_result import RunResult, load_run
 
 FLAGS = ("improved", "regressed")
 
@@ -39,7 +39,7 @@ def one_run(out_dir: Path, extra_args: list[str]) -> tuple[RunResult | None, flo
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     wall_s = time.monotonic() - t0
     found = sorted(out_dir.glob("*/result.json"))
-    result = RunResult.model_validate_json(found[-1].read_text()) if found else None
+    result = load_run(found[-1]) if found else None
     return result, wall_s, proc.returncode, (proc.stdout + proc.stderr)[-2000:]
 
 

@@ -7,9 +7,11 @@ experiment file (``slo:``) and are stored with every result.
 
 from __future__ import annotations
 
+import numpy as np
 from pydantic import Field
 
 from common.strict import FrozenStrictModel
+from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
 
 
@@ -35,3 +37,13 @@ def meets_slo(record: RequestRecord, slo: SloSpec) -> bool:
         return False
     checks = ((record.ttft_s, slo.ttft_s), (record.tpot_s, slo.tpot_s), (record.e2e_s, slo.e2e_s))
     return all(limit is None or (value is not None and value <= limit) for value, limit in checks)
+
+
+def slo_met(records: RecordColumns, slo: SloSpec) -> np.ndarray:
+    """``meets_slo`` for every row at once (NaN, a missing measurement, fails a set limit)."""
+    met = records.ok.copy()
+    for values, limit in ((records.ttft_s, slo.ttft_s), (records.tpot_s, slo.tpot_s), (records.e2e_s, slo.e2e_s)):
+        if limit is not None:
+            with np.errstate(invalid="ignore"):
+                met &= values <= limit
+    return met

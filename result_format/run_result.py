@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from common.strict import StrictModel as _Model
 from experiment.config import ExperimentConfig
 from moe_opt.flags import FlagStatus, OptimizationFlags
+from result_format.records_store import read_columns
 from workloads.health import ClientBound, ClientHealth
 from workloads.metrics import ArmSummary
+from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
 
-RESULT_SCHEMA_VERSION: Literal[2] = 2
-"""2: the engine's JIT cache state is recorded (``config.engine.cache_state``). A version-1 file did not
-record it, so it loads as ``as_found``: nothing guaranteed its arms started equally warm."""
+RESULT_SCHEMA_VERSION: Literal[3] = 3
+"""3: request records live beside the file, one Parquet file per arm (``ArmResult.records_file``, with its
+SHA-256 and row count), instead of inside it. 2: the engine's JIT cache state is recorded
+(``config.engine.cache_state``). A version-1 file did not record it, so it loads as ``as_found``: nothing
+guaranteed its arms started equally warm. Files of every version load; ``load_run`` gives them all columns."""
 
 _SERIES_KEY = re.compile(r"^([^{]+)\{(.*)\}$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -188,12 +193,51 @@ class ArmResult(_Model):
         "(results written before moeperf observed engines).",
     )
     records_file: str = Field(
-        description="JSON Lines file (relative to the run folder), appended as requests finished."
+        description="The arm's request records, relative to the run folder: Parquet (schema 3; see "
+        "result_format/records_store.py), an unsealed Arrow journal (.arrows) of an interrupted run, or JSON "
+        "Lines (schema 2 and before, whose records are also inline in ``records``)."
     )
+    records_count: int | None = Field(None, description="Rows of records_file; null before schema 3.")
+    records_sha256: str | None = Field(None, description="SHA-256 of records_file, checked on load; null before 3.")
     levels: list[LevelResult] = Field(
         default_factory=list, description="Per sweep level, in sweep order; empty when the run has no sweep."
     )
-    records: list[RequestRecord] = Field(default_factory=list)
+    records: list[RequestRecord] = Field(
+        default_factory=list, description="Inline records of files before schema 3 (and of tests); empty since."
+    )
+    _columns: RecordColumns | None = PrivateAttr(None)
+    _records_source: Path | None = PrivateAttr(None)
+
+    @property
+    def columns(self) -> RecordColumns:
+        """The arm's records as columns, read on first use: from ``records_file`` when ``load_run`` said where
+        the run folder is, else from the inline ``records``."""
+        if self._columns is None:
+            if self._records_source is not None and not self.records:
+                self._columns = read_columns(self._records_source, self.records_sha256)
+            elif self.records or not self.records_count:
+                self._columns = RecordColumns.from_records(self.records)
+            else:
+                raise RecordsNotLoadedError(
+                    f"arm {self.name}: its {self.records_count} records are in {self.records_file}; load the result "
+                    "with result_format.run_result.load_run to read them"
+                )
+        return self._columns
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ArmResult:
+        """A copy given new inline ``records`` forgets the columns read from the old ones."""
+        out = super().model_copy(update=update, deep=deep)
+        if update and "records" in update:
+            out._columns = None
+            out._records_source = None
+        return out
+
+    def with_columns(self, columns: RecordColumns, **update: Any) -> ArmResult:
+        """A copy of this arm holding ``columns`` as its records (a view of one level, a part of a run)."""
+        out = self.model_copy(update={"records": [], "records_count": len(columns), **update})
+        out._columns = columns
+        out._records_source = None
+        return out
 
 
 class ScheduleInfo(_Model):
@@ -232,8 +276,12 @@ class WarmupPassInfo(_Model):
     records_file: str = Field(description="JSON Lines file of its records (relative to the run folder).")
 
 
+class RecordsNotLoadedError(RuntimeError):
+    pass
+
+
 class RunResult(_Model):
-    schema_version: Literal[1, 2] = RESULT_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = RESULT_SCHEMA_VERSION
     run_id: str
     experiment: str
     status: Literal["ok", "failed", "interrupted"] = Field(
@@ -273,3 +321,20 @@ class RunResult(_Model):
             if a.name == name:
                 return a
         raise KeyError(name)
+
+
+def load_run(path: Path) -> RunResult:
+    """A run folder (``runs/<id>``) or its ``result.json``, each arm's records found beside it (read lazily:
+    a history that only wants summaries never opens them)."""
+    file = path / "result.json" if path.is_dir() else path
+    result = RunResult.model_validate_json(file.read_bytes())
+    attach_records(result, file.parent)
+    return result
+
+
+def attach_records(result: RunResult, run_dir: Path) -> RunResult:
+    """Tell every arm without inline records where its records file is (relative to ``run_dir``)."""
+    for arm in result.arms:
+        if not arm.records and arm.records_file:
+            arm._records_source = run_dir / arm.records_file
+    return result

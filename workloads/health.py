@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from common.strict import StrictModel
+from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
 
 LOOP_PROBE_INTERVAL_S = 0.01
@@ -45,12 +46,17 @@ class ClientBound(StrictModel):
     bound_ms: float = Field(description="The configured bound.")
 
 
-def dispatch_lag_p99_ms(records: Sequence[RequestRecord]) -> float | None:
-    lags = [v for r in records if (v := r.dispatch_lag_ms) is not None]
-    return float(np.percentile(lags, 99)) if lags else None
+def dispatch_lag_p99_ms(records: RecordColumns | Sequence[RequestRecord]) -> float | None:
+    if isinstance(records, RecordColumns):
+        lags = records.dispatch_lag_ms[~np.isnan(records.dispatch_lag_ms)]
+    else:
+        lags = np.array([v for r in records if (v := r.dispatch_lag_ms) is not None])
+    return float(np.percentile(lags, 99)) if lags.size else None
 
 
-def client_bound(records: Sequence[RequestRecord], bound_ms: float = DEFAULT_MAX_DISPATCH_LAG_P99_MS) -> ClientBound:
+def client_bound(
+    records: RecordColumns | Sequence[RequestRecord], bound_ms: float = DEFAULT_MAX_DISPATCH_LAG_P99_MS
+) -> ClientBound:
     p99 = dispatch_lag_p99_ms(records)
     return ClientBound(flagged=p99 is not None and p99 > bound_ms, dispatch_lag_p99_ms=p99, bound_ms=bound_ms)
 

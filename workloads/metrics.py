@@ -27,7 +27,8 @@ from pydantic import Field
 from scipy import stats as sps
 
 from common.strict import StrictModel
-from experiment.slo import SloSpec, meets_slo
+from experiment.slo import SloSpec, slo_met
+from workloads.record_columns import RecordColumns, as_columns, gather_csr
 from workloads.records import RequestRecord
 
 QUANTILES = (50, 90, 99)
@@ -92,7 +93,7 @@ class ArmSummary(StrictModel):
     rates: ArmRates | None = Field(None, description="The rates with their intervals; null in older files.")
 
 
-def distribution(values: Sequence[float]) -> Distribution:
+def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
     """Linear-interpolated percentiles (numpy's default), the convention vllm bench serve uses."""
     if len(values) == 0:
         return Distribution(count=0, mean=None, p50=None, p90=None, p99=None)
@@ -152,47 +153,63 @@ def combine_rounds(
     return RateEstimate(per_s=value, ci=ci, ci_rounds=ci_rounds, by_round=by_round)
 
 
-def token_events(record: RequestRecord) -> tuple[list[float], list[float]]:
-    """When a successful request's output tokens arrived, each weighted so the total is the count the server
-    reported (chunks counted as tokens when it reported none); all at the end if no token was timed."""
-    n = record.output_tokens if record.output_tokens is not None else len(record.token_times_s)
-    if record.token_times_s:
-        return list(record.token_times_s), [n / len(record.token_times_s)] * len(record.token_times_s)
-    return ([record.end_s] if record.end_s is not None else []), ([float(n)] if record.end_s is not None else [])
+def token_events(records: RecordColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """When each request's output tokens arrived, each weighted so a request's total is the count the server
+    reported (chunks counted as tokens when it reported none); one event at the end when no token was timed.
+    Returns (times, weights, offsets): request i owns entries ``offsets[i]:offsets[i + 1]``."""
+    counts = records.token_counts
+    n = records.output_token_count.astype(np.float64)
+    has_end = ~np.isnan(records.end_s)
+    timed = counts > 0
+    lengths = np.where(timed, counts, has_end.astype(np.int64))
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    times = np.empty(int(offsets[-1]))
+    weights = np.empty(int(offsets[-1]))
+    from_tokens = np.repeat(timed, lengths)
+    times[from_tokens] = gather_csr(records.token_times_s, records.token_offsets, np.flatnonzero(timed))[0]
+    weights[from_tokens] = np.repeat(n[timed] / np.maximum(counts[timed], 1), counts[timed])
+    at_end = ~timed & has_end
+    times[~from_tokens] = records.end_s[at_end]
+    weights[~from_tokens] = n[at_end]
+    return times, weights, offsets
 
 
-def round_window(records: Sequence[RequestRecord]) -> tuple[float, float]:
+def round_window(records: RecordColumns | Sequence[RequestRecord]) -> tuple[float, float]:
     """A round's measured window: its first intended send (of any request) to its last successful end."""
-    ends = [r.end_s for r in records if r.ok and r.end_s is not None]
-    if not records or not ends:
+    cols = as_columns(records)
+    ends = cols.end_s[cols.ok]
+    if not len(cols) or not ends.size:
         return (0.0, 0.0)
-    return (min(r.intended_send_s for r in records), max(ends))
+    return (float(cols.intended_send_s.min()), float(ends.max()))
 
 
-def arm_rates(records: Sequence[RequestRecord], slo: SloSpec | None = None, blocks: int = RATE_BLOCKS) -> ArmRates:
+def replay_keys(records: RecordColumns) -> np.ndarray:
+    """One key per replay (a round, or a sweep level of a round; each one's clock starts at 0)."""
+    return records.round * (1 << 20) + (records.level + 1)
+
+
+def arm_rates(
+    records: RecordColumns | Sequence[RequestRecord], slo: SloSpec | None = None, blocks: int = RATE_BLOCKS
+) -> ArmRates:
     """Output tokens/s, requests/s and (with an SLO) goodput of one arm, per round then combined."""
-    # One window per replay: a round, or each sweep level of a round (every level's clock starts at 0 too).
-    by_round: dict[tuple[int, int], list[RequestRecord]] = {}
-    for r in records:
-        by_round.setdefault((r.round, -1 if r.level is None else r.level), []).append(r)
+    cols = as_columns(records)
+    keys = replay_keys(cols)
+    times, weights, offsets = token_events(cols)
+    event_owner = np.repeat(np.arange(len(cols)), np.diff(offsets))
+    met_all = slo_met(cols, slo) if slo is not None else None
     spans, tok_b, req_b, good_b = [], [], [], []
-    for rnd in sorted(by_round):
-        recs = by_round[rnd]
-        start, end = round_window(recs)
-        ok = [r for r in recs if r.ok and r.end_s is not None]
-        times: list[float] = []
-        weights: list[float] = []
-        for r in ok:
-            t, w = token_events(r)
-            times += t
-            weights += w
-        ends = np.array([r.end_s for r in ok], dtype=np.float64)
+    for key in np.unique(keys):
+        mine = keys == key
+        start, end = round_window(cols.select(mine))
+        ok = mine & cols.ok
+        ends = cols.end_s[ok]
+        ev = ok[event_owner]
         spans.append(end - start)
-        tok_b.append(block_rates(start, end, np.array(times), np.array(weights), blocks))
+        tok_b.append(block_rates(start, end, times[ev], weights[ev], blocks))
         req_b.append(block_rates(start, end, ends, np.ones(ends.size), blocks))
-        if slo is not None:
-            met = np.array([1.0 if meets_slo(r, slo) else 0.0 for r in ok])
-            good_b.append(block_rates(start, end, ends, met, blocks))
+        if met_all is not None:
+            good_b.append(block_rates(start, end, ends, met_all[ok].astype(np.float64), blocks))
     return ArmRates(
         blocks_per_round=blocks,
         round_durations_s=[float(s) for s in spans],
@@ -202,25 +219,26 @@ def arm_rates(records: Sequence[RequestRecord], slo: SloSpec | None = None, bloc
     )
 
 
-def summarize(records: Sequence[RequestRecord], slo: SloSpec | None = None) -> ArmSummary:
+def summarize(records: RecordColumns | Sequence[RequestRecord], slo: SloSpec | None = None) -> ArmSummary:
     """The per-arm numbers of the result file and the console table; ``slo`` adds goodput."""
-    ok = [r for r in records if r.ok]
-    ttft = [v for r in ok if (v := r.ttft_s) is not None]
-    tpot = [v for r in ok if (v := r.tpot_s) is not None]
-    e2e = [v for r in ok if (v := r.e2e_s) is not None]
-    itl = [v for r in ok for v in r.itl_s]
-    lag = [v for r in records if (v := r.send_lag_ms) is not None]
-    rates = arm_rates(records, slo)
+    cols = as_columns(records)
+    ok = cols.ok
+
+    def finite(values: np.ndarray) -> np.ndarray:
+        return values[~np.isnan(values)]
+
+    itl_flat, itl_offsets = cols.itl
+    rates = arm_rates(cols, slo)
     return ArmSummary(
-        ttft_s=distribution(ttft),
-        tpot_s=distribution(tpot),
-        itl_s=distribution(itl),
-        e2e_s=distribution(e2e),
-        send_lag_ms=distribution(lag),
+        ttft_s=distribution(finite(cols.ttft_s[ok])),
+        tpot_s=distribution(finite(cols.tpot_s[ok])),
+        itl_s=distribution(gather_csr(itl_flat, itl_offsets, np.flatnonzero(ok))[0]),
+        e2e_s=distribution(finite(cols.e2e_s[ok])),
+        send_lag_ms=distribution(finite(cols.send_lag_ms)),
         duration_s=float(sum(rates.round_durations_s)),
         requests_per_s=rates.requests_per_s.per_s,
         output_tokens_per_s=rates.output_tokens_per_s.per_s,
         goodput_rps=rates.goodput_rps.per_s if rates.goodput_rps is not None else None,
-        rounds=len({r.round for r in records}) or 1,
+        rounds=len(cols.rounds()) or 1,
         rates=rates,
     )

@@ -107,7 +107,7 @@ def cmd_recover(ns: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"moeperf: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    kept = ", ".join(f"{a.name} {len(a.records)}" for a in result.arms)
+    kept = ", ".join(f"{a.name} {a.records_count}" for a in result.arms)
     print(f"recovered {Path(ns.run_dir) / 'result.json'} (status {result.status}); records per arm: {kept}")
     return EXIT_OK
 

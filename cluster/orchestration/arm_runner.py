@@ -22,8 +22,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+import pyarrow as pa
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
@@ -32,6 +33,7 @@ from cluster.engine.actor import Device, EngineActor
 from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, window_delta
 from cluster.engine.observed import flag_mismatch, flags_applied, observe_engine
 from cluster.engine.server import EngineStartError
+from cluster.orchestration.arm_records import ArmRecords, RecordsOutcome
 from cluster.orchestration.client_actor import ClientActor
 from cluster.orchestration.fault_injection import ArmHooks, RoundFaults, hooks_for
 from cluster.orchestration.threads import run_in_threads
@@ -41,8 +43,9 @@ from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
 from result_format.run_result import ArmResult, EngineInfo, LevelResult, ObservedEngine, ShardResult
 from workloads.client import DEADLINE_MARGIN_S, ClientSettings, ReplayError, replay_deadline_s
-from workloads.health import ClientHealth, client_bound
+from workloads.health import ClientHealth
 from workloads.metrics import summarize
+from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest, shard
 from workloads.sweep import LevelPlan, level_prompt_seed
@@ -121,7 +124,6 @@ class _Round:
     start_epoch_s: float
     settings: ClientSettings  # of the arm; each client stamps its own index and deadline on a copy
     level: LevelPlan  # what this replay sends: one sweep level, or the whole workload
-    out: TextIO  # the arm's records file, appended to under the runner's lock
     faults: RoundFaults
     received: int = 0  # records of this round that reached the driver, over all clients
 
@@ -157,11 +159,11 @@ class ArmRunner:
         self.on_level = on_level  # as each level of a round starts: the live metrics show the current level
         self.observe = observe  # per finished record, with the Ray node id of the client actor that sent it
         self.hooks = hooks if hooks is not None else hooks_for(cfg, self.name)
-        self.records: list[RequestRecord] = []
+        self.records = ArmRecords(run_dir / "records", self.name)  # journal, counts; sealed into Parquet
         self.shards: list[ShardResult] = []
         self.client_health: list[ClientHealth] = []
         self.rounds_done = 0
-        self.records_path = run_dir / "records" / f"{self.name}.jsonl"
+        self.records_path = self.records.path
         # Every engine of a shared_warm run gets the same cache; cold_per_arm / as_found: the actor decides.
         self.jit_cache_dir = str(run_dir / JIT_CACHE_DIR) if cfg.engine.cache_state == "shared_warm" else None
         self.pg: Any = None
@@ -293,33 +295,26 @@ class ArmRunner:
             self.failure = (f"round {round_index} failed: {_reason(e)[0]}", None)
 
     def _replay(self, round_index: int, start_epoch_s: float) -> None:
-        self.records_path.parent.mkdir(parents=True, exist_ok=True)
-        # Not a `with`: on Ctrl-C the consumer threads keep appending what still arrives until stop().
-        out = self.records_path.open("a")
-        try:
-            before = self._engine_samples()
-            faults = self.hooks.round_faults(round_index, self.engine, self.clients)
-            order = self._level_order(round_index)
-            for k, level in enumerate(order):
-                if k:  # the engine serves the next level from idle, at a start of its own
-                    if not self._drained(round_index, level):
-                        break
-                    start_epoch_s = time.time() + START_DELAY_S
-                settings = self._client_settings(round_index, level.index)
-                rnd = _Round(round_index, start_epoch_s, settings, level, out, faults)
-                n = len(self.clients)
-                logger.debug("arm %s: round %d: level %s: %d client(s) start at %.3f", self.name, round_index,
-                             level.label, n, start_epoch_s)  # fmt: skip
-                if self.on_level is not None:
-                    self.on_level(self.name, level)
-                run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
-                if k < len(order) - 1 and self._round_lost(round_index):  # after the last, _check_round looks
+        # The journal stays open across rounds: on Ctrl-C the consumer threads keep appending what still
+        # arrives until the result seals it.
+        before = self._engine_samples()
+        faults = self.hooks.round_faults(round_index, self.engine, self.clients)
+        order = self._level_order(round_index)
+        for k, level in enumerate(order):
+            if k:  # the engine serves the next level from idle, at a start of its own
+                if not self._drained(round_index, level):
                     break
-        except BaseException as e:
-            if not isinstance(e, KeyboardInterrupt):
-                out.close()
-            raise
-        out.close()
+                start_epoch_s = time.time() + START_DELAY_S
+            settings = self._client_settings(round_index, level.index)
+            rnd = _Round(round_index, start_epoch_s, settings, level, faults)
+            n = len(self.clients)
+            logger.debug("arm %s: round %d: level %s: %d client(s) start at %.3f", self.name, round_index,
+                         level.label, n, start_epoch_s)  # fmt: skip
+            if self.on_level is not None:
+                self.on_level(self.name, level)
+            run_in_threads([functools.partial(self._consume_shard, rnd, i) for i in range(n)])
+            if k < len(order) - 1 and self._round_lost(round_index):  # after the last, _check_round looks
+                break
         self.rounds_done += 1
         self._add_window_metrics(before, self._engine_samples())
         self._check_round(round_index)
@@ -442,20 +437,16 @@ class ArmRunner:
         A file that stops taking writes (a full disk, a folder gone) ends this client's shard with that reason:
         what is already on disk stays, and no record is kept that is not on disk."""
         with self.lock:
-            lines = []
             for rec in batch:
                 rec.round, rec.client, rec.level = rnd.index, client, rnd.level.index
-                lines.append(rec.model_dump_json() + "\n")
             try:
-                rnd.faults.before_write(len(self.records))
-                rnd.out.write("".join(lines))
-                rnd.out.flush()
-            except OSError as e:
-                path = self.records_path.relative_to(self.run_dir)
+                rnd.faults.before_write(self.records.kept)
+                self.records.append(batch)
+            except (OSError, pa.ArrowException) as e:
+                path = self.records.journal.path.relative_to(self.run_dir)
                 raise _RecordsUnwritable(
-                    f"records file {path} stopped taking writes after {len(self.records)} record(s): {e}"
+                    f"records file {path} stopped taking writes after {self.records.kept} record(s): {e}"
                 ) from e
-            self.records.extend(batch)
             result.received += len(batch)
             rnd.received += len(batch)
             return rnd.received
@@ -514,7 +505,7 @@ class ArmRunner:
             self.failure = (f"engine died during the replay (exit code {code}, round {round_index})", tail)
         elif not ray.get(self.engine.responsive.remote(HUNG_AFTER_S)):
             with self.lock:
-                timed_out = sum(1 for r in self.records if r.round == round_index and r.error_kind == "timeout")
+                timed_out = self.records.timeouts_by_round[round_index]
             self.failure = (
                 f"engine hung during round {round_index}: alive but /health not answered within {HUNG_AFTER_S:g} s; "
                 f"{timed_out} request(s) timed out",
@@ -559,15 +550,16 @@ class ArmRunner:
     def result(self, interrupted: bool = False, stopped: str | None = None) -> ArmResult:
         """The arm's result; ``stopped``: why the run ended early, which fails an arm with rounds still to run."""
         with self.lock:
-            records = sorted(self.records, key=lambda r: (r.round, -1 if r.level is None else r.level, r.index))
+            sealed, records = self.records.seal()
             shards = sorted(self.shards, key=lambda s: (s.round, -1 if s.level is None else s.level, s.client))
-        sent = sum(1 for r in records if r.actual_send_s is not None)
-        ok = sum(1 for r in records if r.ok)
+        outcome = RecordsOutcome.of(
+            sealed, records, self.run_dir, self.cfg.slo, self.cfg.client.max_dispatch_lag_p99_ms
+        )
         planned = len(self.requests) * max(1, self.cfg.rounds)
         failure = self.failure or (("interrupted", None) if interrupted else None)
         if failure is None and stopped is not None and self.rounds_done < self.cfg.rounds:
             failure = (f"run stopped after {self.rounds_done} of {self.cfg.rounds} round(s): {stopped}", None)
-        return ArmResult(
+        result = ArmResult(
             name=self.arm.name,
             control_of=self.arm.control_of,
             flags=self.flags,
@@ -578,24 +570,19 @@ class ArmRunner:
             engine=self.info,
             engine_log_tail=failure[1] if failure else None,
             requests_planned=planned,
-            requests_sent=sent,
-            requests_succeeded=ok,
-            requests_failed=sent - ok,
-            requests_not_sent=planned - sent,
-            summary=summarize(records, self.cfg.slo) if records else None,
+            requests_not_sent=planned - outcome.sent,
             rounds=self.rounds_done,
             shards=shards,
             client_health=list(self.client_health),
-            client_bound=client_bound(records, self.cfg.client.max_dispatch_lag_p99_ms) if records else None,
             window_metrics=dict(sorted(self.window_metrics.items())),
             triton_compiles_in_window=self._compiles(),
-            records_file=str(self.records_path.relative_to(self.run_dir)),
             levels=self._level_results(records),
-            records=records,
             observed=self.observed,
+            **outcome.fields,
         )
+        return result.with_columns(records)
 
-    def _level_results(self, records: list[RequestRecord]) -> list[LevelResult]:
+    def _level_results(self, records: RecordColumns) -> list[LevelResult]:
         """Per sweep level: its measured records (warm-up share left out) summarised like an arm's."""
         sweep = self.cfg.sweep
         if sweep is None:
@@ -604,7 +591,7 @@ class ArmRunner:
         for lv in self.levels:
             assert lv.index is not None
             spec = sweep.levels[lv.index]
-            measured = [r for r in records if r.level == lv.index and not r.warmup]
+            measured = records.measured.at_level(lv.index)
             out.append(
                 LevelResult(
                     index=lv.index,
@@ -614,7 +601,7 @@ class ArmRunner:
                     load_unit=spec.load_unit,
                     requests_planned=len(lv.requests),
                     warmup_requests=lv.warmup_requests,
-                    summary=summarize(measured, self.cfg.slo) if any(r.ok for r in measured) else None,
+                    summary=summarize(measured, self.cfg.slo) if measured.ok.any() else None,
                 )
             )
         return out

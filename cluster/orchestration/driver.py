@@ -420,7 +420,7 @@ class Driver:
         """What the pass of one setting did; one that did not replay to its end (Ctrl-C, an error) failed."""
         r, s = w.runner, w.setting
         with r.lock:
-            records = list(r.records)
+            sealed, records = r.records.seal()
         failure = r.failure[0] if r.failure else (None if r.rounds_done else "did not finish")
         return WarmupPassInfo(
             setting=s.name,
@@ -431,10 +431,10 @@ class Driver:
             failure_reason=failure,
             startup_s=r.info.startup_s if r.info is not None else None,
             requests=len(records),
-            requests_succeeded=sum(1 for rec in records if rec.ok),
+            requests_succeeded=int(records.ok.sum()),
             triton_compiles=r.compiles_since_start(),
             triton_compiles_in_replay=r._compiles(),
-            records_file=str(r.records_path.relative_to(self.run_dir)),
+            records_file=str(sealed.path.relative_to(self.run_dir)),
         )
 
     def _interleaved_turn(self, r: ArmRunner, round_index: int) -> None:

@@ -2,10 +2,11 @@
 
 A driver that is SIGKILLed (the OOM killer, a node lost, ``kill -9``) cannot write its result, but it wrote
 its inputs before the first engine started (``config.yaml``, ``environment.json``, ``schedule.json``) and
-appended every finished record to ``records/<arm>.jsonl`` as it arrived. That is enough for the analysis
-and the reports: each arm's records, summarised as the driver would have, under status ``interrupted``.
-What died with the driver is said in the result's notes: engine details, shards, client health, window
-metrics and per-level results. A last line cut by the kill is skipped and counted, never fatal.
+appended every finished record to its arm's journal (``records/<arm>.arrows``) as it arrived. That is
+enough for the analysis and the reports: each journal sealed into Parquet, each arm's records summarised as
+the driver would have, under status ``interrupted``. What died with the driver is said in the result's
+notes: engine details, shards, client health, window metrics and per-level results. A last batch cut by
+the kill is dropped and said, never fatal.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cluster.orchestration.arm_records import RecordsOutcome, seal_found
 from cluster.orchestration.driver import schedule_info
 from experiment.config import ConfigError, ExperimentConfig
+from result_format.records_store import JOURNAL_SUFFIX
 from result_format.run_result import ArmResult, RunResult
-from workloads.health import client_bound
-from workloads.metrics import summarize
-from workloads.records import RequestRecord
 from workloads.workload import Schedule
 
 RECOVERED_ERROR = "the driver ended without writing its result; rebuilt from records/ by moeperf recover"
@@ -31,21 +31,6 @@ RECOVERED_ERROR = "the driver ended without writing its result; rebuilt from rec
 
 def _iso(t_s: float) -> str:
     return datetime.fromtimestamp(t_s, UTC).isoformat()
-
-
-def read_records(path: Path) -> tuple[list[RequestRecord], int]:
-    """The records of one arm's file, and how many lines could not be read (a line torn by the kill)."""
-    if not path.exists():
-        return [], 0
-    records, bad = [], 0
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            records.append(RequestRecord.model_validate_json(line))
-        except ValidationError:
-            bad += 1
-    return records, bad
 
 
 def _inputs(run_dir: Path) -> tuple[ExperimentConfig, dict[str, Any], Schedule]:
@@ -73,15 +58,13 @@ def recover_result(run_dir: Path, command: list[str]) -> RunResult:
     arms, last_write_s = [], (run_dir / "config.yaml").stat().st_mtime
     planned = len(schedule.requests) * max(1, cfg.rounds)
     for arm in cfg.arms:
-        path = records_dir / f"{arm.name}.jsonl"
-        records, torn = read_records(path)
-        if path.exists():
-            last_write_s = max(last_write_s, path.stat().st_mtime)
-        if torn:
-            notes.append(f"arm {arm.name}: {torn} record line(s) cut by the driver's end, skipped")
-        records.sort(key=lambda r: (r.round, -1 if r.level is None else r.level, r.index))
-        sent = sum(1 for r in records if r.actual_send_s is not None)
-        ok = sum(1 for r in records if r.ok)
+        journal = records_dir / f"{arm.name}{JOURNAL_SUFFIX}"
+        if journal.exists():
+            last_write_s = max(last_write_s, journal.stat().st_mtime)
+        sealed, records = seal_found(records_dir, arm.name)
+        if sealed.torn_tail:
+            notes.append(f"arm {arm.name}: the last batch of records was cut by the driver's end and is dropped")
+        outcome = RecordsOutcome.of(sealed, records, run_dir, cfg.slo, cfg.client.max_dispatch_lag_p99_ms)
         arms.append(
             ArmResult(
                 name=arm.name,
@@ -91,16 +74,10 @@ def recover_result(run_dir: Path, command: list[str]) -> RunResult:
                 status="failed",
                 failure_reason="interrupted: the driver ended mid-run (recovered)",
                 requests_planned=planned,
-                requests_sent=sent,
-                requests_succeeded=ok,
-                requests_failed=sent - ok,
-                requests_not_sent=max(0, planned - sent),
-                summary=summarize(records, cfg.slo) if records else None,
-                rounds=len({r.round for r in records}),
-                client_bound=client_bound(records, cfg.client.max_dispatch_lag_p99_ms) if records else None,
-                records_file=str(path.relative_to(run_dir)),
-                records=records,
-            )
+                requests_not_sent=max(0, planned - outcome.sent),
+                rounds=len(records.rounds()),
+                **outcome.fields,
+            ).with_columns(records)
         )
     return RunResult(
         run_id=run_dir.name,

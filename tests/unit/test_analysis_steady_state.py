@@ -35,4 +35,4 @@ def test_the_same_slots_are_dropped_from_every_arm_of_a_round():
     b = [rec("b", i, 3.0 if i < 20 else 0.05 + 0.001 * (i % 3)) for i in range(60)]
     cuts = warmup_slots([a, b])
     assert cuts[0] == 20  # the later of the two arms' cuts
-    assert {r.index for r in steady(a, cuts)} == {r.index for r in steady(b, cuts)} == set(range(20, 60))
+    assert set(steady(a, cuts).index.tolist()) == set(steady(b, cuts).index.tolist()) == set(range(20, 60))

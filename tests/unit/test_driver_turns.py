@@ -84,7 +84,7 @@ def test_every_engine_of_a_shared_warm_run_gets_the_runs_one_cache_and_each_sett
     shared = str(d.run_dir / "jit-cache")
     assert {r.jit_cache_dir for r in [*d.runners, *warm.values()]} == {shared}
     w = warm["baseline"]
-    assert w.name == "warmup-baseline" and w.records_path == d.run_dir / "records" / "warmup-baseline.jsonl"
+    assert w.name == "warmup-baseline" and w.records_path == d.run_dir / "records" / "warmup-baseline.parquet"
     assert w.flags == d.cfg.arm_flags(d.cfg.arms[0]) and w.arm.enforce_eager is False
     assert warm["triton-eager"].arm.enforce_eager is True and warm["triton-eager"].flags.moe_backend == "triton"
     assert w.hooks.kill_engine_after_records is None  # chaos strikes measured arms only

@@ -10,7 +10,8 @@ from analysis.report_cli import main as report_main
 from cluster.cli.main import main as cli_main
 from cluster.orchestration.recover import RECOVERED_ERROR, recover
 from experiment.config import ConfigError, parse_experiment
-from result_format.run_result import RunResult
+from result_format.records_store import RecordJournal
+from result_format.run_result import load_run
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest
 from workloads.workload import Schedule
@@ -37,25 +38,36 @@ def killed_run(tmp_path, torn: bool = True):
     (run_dir / "environment.json").write_text(json.dumps({"driver": {"versions": {"ray": "2.60.0"}}}))
     plan = [PlannedRequest(index=i, send_offset_s=0.1 * i, prompt_tokens=8, max_tokens=3) for i in range(10)]
     (run_dir / "schedule.json").write_text(Schedule(requests=plan, clipped_input=0, clipped_output=0).model_dump_json())
-    base = [_record("baseline", i) for i in range(10)]
-    (run_dir / "records" / "baseline.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in base))
-    b = [_record("b", i, ok=i != 2) for i in range(4)]
-    text = "".join(r.model_dump_json() + "\n" for r in b)
-    (run_dir / "records" / "b.jsonl").write_text(text + ('{"index": 4, "arm": "b", "intend' if torn else ""))
+    base = RecordJournal(run_dir / "records" / "baseline.arrows")
+    for i in range(0, 10, 3):  # batches as the client actors send them
+        base.append([_record("baseline", j) for j in range(i, min(i + 3, 10))])
+    b = RecordJournal(run_dir / "records" / "b.arrows")
+    b.append([_record("b", i, ok=i != 2) for i in range(2)])
+    b.append([_record("b", i, ok=i != 2) for i in range(2, 4)])
+    b.append([_record("b", i) for i in range(4, 6)])
+    # The kill: no journal was closed; b's last batch is cut short.
+    if torn:
+        cut = b.path.stat().st_size - 50
+        with b.path.open("r+b") as f:
+            f.truncate(cut)
     return run_dir
 
 
 def test_a_killed_runs_records_become_an_interrupted_result_and_nothing_is_lost(tmp_path):
     run_dir = killed_run(tmp_path)
     assert cli_main(["recover", str(run_dir)]) == 0
-    res = RunResult.model_validate_json((run_dir / "result.json").read_text())
+    res = load_run(run_dir)
     assert res.status == "interrupted" and res.error == RECOVERED_ERROR
     base, b = res.arms
-    assert [r.index for r in base.records] == list(range(10)) and base.requests_succeeded == 10
-    assert [r.index for r in b.records] == [0, 1, 2, 3] and b.requests_succeeded == 3 and b.requests_failed == 1
+    assert base.columns.index.tolist() == list(range(10)) and base.requests_succeeded == 10
+    assert b.columns.index.tolist() == [0, 1, 2, 3] and b.requests_succeeded == 3 and b.requests_failed == 1
     assert b.requests_not_sent == 6 and b.flags.swap_ab is True
     assert all(a.status == "failed" and "interrupted" in (a.failure_reason or "") for a in res.arms)
-    assert any("1 record line(s) cut" in n for n in res.notes)
+    assert any("last batch of records was cut" in n for n in res.notes)
+    # The journals are sealed into Parquet, checked against the checksums result.json holds.
+    assert not list((run_dir / "records").glob("*.arrows"))
+    assert [a.records_file for a in res.arms] == ["records/baseline.parquet", "records/b.parquet"]
+    assert [a.records_count for a in res.arms] == [10, 4]
     assert base.summary is not None and base.summary.ttft_s.p50 == pytest.approx(0.02)
     assert report_main([str(run_dir), "--bootstrap", "50"]) == 0
     assert (run_dir / "report.md").exists() and (run_dir / "report.html").exists()

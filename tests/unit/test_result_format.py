@@ -28,4 +28,4 @@ def test_a_new_result_round_trips_at_the_current_version():
     old = RunResult.model_validate_json(OLD_CPU_RESULT.read_text())
     new = RunResult.model_validate({**old.model_dump(mode="json"), "schema_version": RESULT_SCHEMA_VERSION})
     again = RunResult.model_validate_json(new.model_dump_json())
-    assert again.schema_version == 2 and again.config == new.config
+    assert again.schema_version == RESULT_SCHEMA_VERSION == 3 and again.config == new.config

@@ -9,7 +9,8 @@ import pytest
 
 from analysis import stats
 from analysis.report import load_result
-from analysis.samples import arm_samples, record_slot, slot_stride
+from analysis.samples import arm_samples, record_slots, slot_stride
+from workloads.record_columns import RecordColumns
 from analysis.steady_state import judged_arms
 from analysis.summary import summary_lines
 from analysis.sweep import analyse_sweep
@@ -90,8 +91,10 @@ def test_slots_are_unique_per_level_and_index_and_pair_the_same_request():
     assert sorted({r.index for r in records}) == list(range(22))  # indices repeat at every level
     stride = slot_stride([a.records for a in run.arms])
     assert stride == 22
-    assert [record_slot(r, stride) for r in records[:3]] == [0, 1, 2]
-    assert record_slot(next(r for r in records if r.level == 2 and r.index == 5), stride) == 2 * 22 + 5
+    slots = record_slots(RecordColumns.from_records(records), stride)
+    assert slots[:3].tolist() == [0, 1, 2]
+    at = next(i for i, r in enumerate(records) if r.level == 2 and r.index == 5)
+    assert slots[at] == 2 * 22 + 5
     samples = judged_arms(run, SloSpec()).samples
     a, b = samples["A"], samples["B"]
     assert a.n == b.n == 3 * 20

@@ -1,0 +1,213 @@
+"""Where an arm's request records live on disk: an append-only journal while it runs, Parquet after.
+
+A Parquet file is unreadable until its footer is written, so a driver killed mid-run would lose every
+record of the arm it was running. While the arm runs, each batch of finished records is therefore
+appended to an Arrow IPC *stream* (``<arm>.arrows``) and flushed: a stream can be read up to its last
+whole batch however it was cut. When the arm ends (or ``moeperf recover`` finds the journal) the stream
+is rewritten as ``<arm>.parquet`` in row groups, batch by batch (memory bounded by one row group),
+its SHA-256 and row count go into ``result.json``, and the journal is removed.
+
+The columns are ``RequestRecord``'s fields with Arrow nulls for missing values, so pandas, DuckDB or
+Polars read the file as they find it; ``read_columns`` maps nulls to ``RecordColumns``' NaN/-1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workloads.record_columns import NO_INT, RecordColumns
+from workloads.records import RequestRecord
+
+JOURNAL_SUFFIX = ".arrows"
+PARQUET_SUFFIX = ".parquet"
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group: large enough for good compression, small enough to write with little memory."""
+
+_INT = ("index", "round", "client", "prompt_tokens_requested", "output_tokens_requested")
+_NULLABLE_INT = ("level", "prompt_tokens", "output_tokens", "http_status")
+_FLOAT = ("intended_send_s", "cap_wait_s")
+_NULLABLE_FLOAT = ("actual_send_s", "first_token_s", "end_s")
+
+SCHEMA = pa.schema(
+    [pa.field("arm", pa.dictionary(pa.int32(), pa.string()), nullable=False)]
+    + [pa.field(n, pa.int64(), nullable=False) for n in _INT]
+    + [pa.field(n, pa.int64()) for n in _NULLABLE_INT]
+    + [pa.field("warmup", pa.bool_(), nullable=False), pa.field("tokens_exact", pa.bool_(), nullable=False)]
+    + [pa.field(n, pa.float64(), nullable=False) for n in _FLOAT]
+    + [pa.field(n, pa.float64()) for n in _NULLABLE_FLOAT]
+    + [pa.field("token_times_s", pa.large_list(pa.float64()), nullable=False)]
+    + [pa.field("error_kind", pa.dictionary(pa.int32(), pa.string())), pa.field("error", pa.string())],
+    metadata={b"moeperf.records": b"1"},
+)
+"""Version 1 of the records file (``moeperf.records`` in the schema's metadata)."""
+
+
+def to_arrow(cols: RecordColumns) -> pa.Table:
+    arrays: dict[str, Any] = {}
+    for name in _INT:
+        arrays[name] = pa.array(getattr(cols, name), pa.int64())
+    for name in _NULLABLE_INT:
+        v = getattr(cols, name)
+        arrays[name] = pa.array(v, pa.int64(), mask=v == NO_INT)
+    for name in _FLOAT:
+        arrays[name] = pa.array(getattr(cols, name), pa.float64())
+    for name in _NULLABLE_FLOAT:
+        v = getattr(cols, name)
+        arrays[name] = pa.array(v, pa.float64(), mask=np.isnan(v))
+    arrays["warmup"] = pa.array(cols.warmup, pa.bool_())
+    arrays["tokens_exact"] = pa.array(cols.tokens_exact, pa.bool_())
+    arrays["token_times_s"] = pa.LargeListArray.from_arrays(
+        pa.array(cols.token_offsets, pa.int64()), pa.array(cols.token_times_s, pa.float64())
+    )
+    arrays["arm"] = pa.array(cols.arm.tolist(), pa.string()).dictionary_encode()
+    arrays["error_kind"] = pa.array(cols.error_kind.tolist(), pa.string()).dictionary_encode()
+    arrays["error"] = pa.array(cols.error.tolist(), pa.string())
+    return pa.table([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+
+
+def from_arrow(table: pa.Table) -> RecordColumns:
+    n = table.num_rows
+    cols: dict[str, Any] = {}
+    for name in _INT:
+        cols[name] = table.column(name).to_numpy()
+    for name in _NULLABLE_INT:
+        cols[name] = table.column(name).fill_null(NO_INT).to_numpy()
+    for name in _FLOAT:
+        cols[name] = table.column(name).to_numpy()
+    for name in _NULLABLE_FLOAT:
+        cols[name] = table.column(name).fill_null(np.nan).to_numpy()
+    for name in ("warmup", "tokens_exact"):
+        cols[name] = table.column(name).to_numpy(zero_copy_only=False)
+    for name in ("arm", "error_kind", "error"):
+        cols[name] = table.column(name).to_pylist()
+    tokens = table.column("token_times_s")
+    lists = tokens.combine_chunks() if tokens.num_chunks != 1 else tokens.chunk(0)
+    if n == 0:
+        return RecordColumns.from_arrays(cols, np.empty(0), np.zeros(1, dtype=np.int64))
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    return RecordColumns.from_arrays(cols, lists.flatten().to_numpy(), offsets - offsets[0])
+
+
+class RecordJournal:
+    """Append-only journal of one arm's records; every ``append`` is on disk (in the OS) when it returns."""
+
+    def __init__(self, path: Path) -> None:
+        if path.suffix != JOURNAL_SUFFIX:
+            raise ValueError(f"{path}: a records journal ends in {JOURNAL_SUFFIX}")
+        self.path = path
+        self.rows = 0
+        self._file: BinaryIO | None = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+
+    def append(self, records: Sequence[RequestRecord]) -> None:
+        if not records:
+            return
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("xb")  # one journal per arm: never append a second stream to one
+            self._writer = pa.ipc.new_stream(self._file, SCHEMA)
+        assert self._file is not None
+        for batch in to_arrow(RecordColumns.from_records(records)).to_batches():
+            self._writer.write_batch(batch)
+        self._file.flush()
+        self.rows += len(records)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._file is not None:
+            self._file.close()
+        self._writer = self._file = None
+
+
+def journal_batches(path: Path) -> tuple[list[pa.RecordBatch], bool]:
+    """Every whole batch of a journal, and whether its end was cut (the writer was killed mid-batch)."""
+    batches: list[pa.RecordBatch] = []
+    try:
+        with pa.OSFile(str(path), "rb") as f:
+            reader = pa.ipc.open_stream(f)
+            for batch in _batches(reader):
+                batches.append(batch)
+    except (pa.ArrowInvalid, OSError, EOFError):
+        return batches, True
+    return batches, False
+
+
+def _batches(reader: pa.ipc.RecordBatchStreamReader) -> Iterator[pa.RecordBatch]:
+    while True:
+        try:
+            yield reader.read_next_batch()
+        except StopIteration:
+            return
+
+
+@dataclass(frozen=True)
+class SealedRecords:
+    path: Path
+    rows: int
+    sha256: str
+    torn_tail: bool = False
+    """The journal ended in a cut batch (kept: every whole batch before it)."""
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def seal(journal: Path, sort: bool = True) -> SealedRecords:
+    """Rewrite ``journal`` as Parquet beside it (``sort``: in round, level, index order) and remove it.
+
+    An absent or empty journal gives an empty Parquet file, so every arm has one records file.
+    """
+    target = journal.with_suffix(PARQUET_SUFFIX)
+    batches, torn = journal_batches(journal) if journal.exists() else ([], False)
+    table = pa.Table.from_batches(batches, schema=SCHEMA) if batches else SCHEMA.empty_table()
+    if sort and table.num_rows:
+        level_key = pa.compute.fill_null(table.column("level"), -1)
+        order = np.lexsort((table.column("index").to_numpy(), level_key.to_numpy(), table.column("round").to_numpy()))
+        table = table.take(pa.array(order))
+    tmp = target.with_suffix(".parquet.tmp")
+    pq.write_table(
+        table.combine_chunks(),
+        tmp,
+        row_group_size=ROW_GROUP_ROWS,
+        compression="zstd",
+        use_byte_stream_split=["intended_send_s", "actual_send_s", "first_token_s", "end_s", "cap_wait_s"],
+    )
+    with tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    tmp.replace(target)
+    if journal.exists():
+        journal.unlink()
+    return SealedRecords(path=target, rows=table.num_rows, sha256=sha256_of(target), torn_tail=torn)
+
+
+class RecordsChecksumError(ValueError):
+    pass
+
+
+def read_columns(path: Path, sha256: str | None = None) -> RecordColumns:
+    """An arm's records from its Parquet file (checked against ``sha256`` when given), or from a journal
+    that was never sealed (an interrupted run), or from a JSON Lines file of schema 2 and before."""
+    if path.suffix == PARQUET_SUFFIX:
+        if sha256 is not None and (actual := sha256_of(path)) != sha256:
+            raise RecordsChecksumError(f"{path}: SHA-256 {actual} is not the {sha256} result.json recorded")
+        return from_arrow(pq.read_table(path, schema=SCHEMA))
+    if path.suffix == JOURNAL_SUFFIX:
+        batches, _ = journal_batches(path)
+        return from_arrow(pa.Table.from_batches(batches, schema=SCHEMA))
+    lines = path.read_text().splitlines() if path.exists() else []
+    return RecordColumns.from_records(RequestRecord.model_validate_json(line) for line in lines if line.strip())
