@@ -12,6 +12,9 @@ import psutil
 import pytest
 import yaml
 
+from result_format.records_store import read_columns
+from result_format.run_result import load_run
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -60,7 +63,19 @@ def run_dir_of(tmp_path: Path) -> Path:
 
 
 def load_result(run_dir: Path) -> dict:
-    return json.loads((run_dir / "result.json").read_text())
+    """The run's result.json as a mapping, each arm's records (from its records file) under ``records``."""
+    loaded = load_run(run_dir)
+    out = json.loads((run_dir / "result.json").read_text())
+    for arm, typed in zip(out["arms"], loaded.arms, strict=True):
+        arm["records"] = [r.model_dump(mode="json") for r in typed.columns.to_records()]
+    return out
+
+
+def records_on_disk(path: Path) -> list[dict]:
+    """What a records file holds now: sealed Parquet, or the journal of an arm still running (or killed)."""
+    if not path.exists():
+        return []
+    return [r.model_dump(mode="json") for r in read_columns(path).to_records()]
 
 
 def served_name_for(tmp_path: Path) -> str:

@@ -14,6 +14,7 @@ from tests.integration.conftest import (
     load_result,
     moeperf,
     moeperf_run,
+    records_on_disk,
     run_dir_of,
     served_name_for,
     small_experiment,
@@ -48,7 +49,7 @@ def test_a_killed_engine_and_a_raising_dispatcher_each_fail_their_own_arm_and_ke
     assert res["error"] is None
     raised, killed = res["arms"]
     for arm in (raised, killed):
-        on_disk = [json.loads(line) for line in (run_dir / arm["records_file"]).read_text().splitlines()]
+        on_disk = records_on_disk(run_dir / arm["records_file"])
         assert sum(1 for rec in on_disk if rec["error"] is None) == arm["requests_succeeded"], arm["name"]
         assert {rec["arm"] for rec in on_disk} == {arm["name"]}
         assert arm["status"] == "failed"
@@ -91,14 +92,13 @@ def test_a_hung_engine_and_a_full_disk_each_fail_their_own_arm_the_run_ends_and_
     failed = [rec for rec in hung["records"] if rec["error"] is not None]
     assert failed and all(rec["error_kind"] == "timeout" for rec in failed)  # sent to a frozen engine: timed out
     assert len(hung["records"]) == n  # every request ended as a record: done, or timed out
-    on_disk = (run_dir / hung["records_file"]).read_text().splitlines()
-    assert len(on_disk) == n
+    assert len(records_on_disk(run_dir / hung["records_file"])) == n
 
     assert full["status"] == "failed"
-    kept = [json.loads(line) for line in (run_dir / full["records_file"]).read_text().splitlines()]
+    kept = records_on_disk(run_dir / full["records_file"])
     assert len(kept) >= 2 and [rec["index"] for rec in full["records"]] == [rec["index"] for rec in kept]
     reason = full["failure_reason"]
-    assert f"records file records/full.jsonl stopped taking writes after {len(kept)} record(s)" in reason, reason
+    assert f"records file records/full.arrows stopped taking writes after {len(kept)} record(s)" in reason, reason
     assert "No space left on device" in reason
 
 
@@ -144,22 +144,21 @@ def test_ctrl_c_and_sigterm_stop_engines_and_write_what_finished(tmp_path, sig):
     assert res["status"] == "interrupted"
     (arm,) = res["arms"]
     assert arm["status"] == "failed" and arm["requests_sent"] < 400
-    path = run_dir / arm["records_file"]  # absent when the stop came before the first record
-    on_disk = path.read_text().splitlines() if path.exists() else []
+    on_disk = records_on_disk(run_dir / arm["records_file"])
     assert len(on_disk) == len(arm["records"])  # every record on disk is in the result, and no more
 
 
 def test_a_sigkilled_driver_leaves_its_records_and_moeperf_recover_makes_them_a_result(tmp_path):
     proc, seen = _driver_running_one_long_arm(tmp_path)
     run_dir = run_dir_of(tmp_path)
-    records = run_dir / "records" / "only.jsonl"
-    assert _until(lambda: records.exists() and len(records.read_text().splitlines()) >= 3, 120), "".join(seen)
+    records = run_dir / "records" / "only.arrows"  # the journal: sealed into Parquet only when the arm ends
+    assert _until(lambda: len(records_on_disk(records)) >= 3, 120), "".join(seen)
     proc.kill()  # SIGKILL: no handler runs, nothing is written after this
     proc.communicate(timeout=60)
     assert not (run_dir / "result.json").exists()
     # Ray takes the driver's actors down, the orphan guard its vLLM server with them.
     assert _until(lambda: not vllm_servers(served_name_for(tmp_path)), 120), "the killed run's engine is still up"
-    on_disk = [json.loads(line) for line in records.read_text().splitlines() if line.endswith("}")]
+    on_disk = records_on_disk(records)  # every whole batch; a batch cut by the kill is not a record
 
     r = moeperf("recover", str(run_dir))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -239,13 +238,13 @@ def test_a_driver_error_after_the_warm_up_and_first_arm_still_writes_the_result(
     (warm,) = res["warmup_pass"]
     assert warm["setting"] == "a" and warm["arms"] == ["a", "a-aa"] and warm["status"] == "ok", warm
     assert warm["requests"] == warm["requests_succeeded"] == 6 and warm["startup_s"] > 0
-    warm_lines = (run_dir / warm["records_file"]).read_text().splitlines()
-    assert warm["records_file"] == "records/warmup-a.jsonl" and len(warm_lines) == 6
-    assert {json.loads(line)["arm"] for line in warm_lines} == {"warmup-a"}  # never mixed into an arm
+    warm_records = records_on_disk(run_dir / warm["records_file"])
+    assert warm["records_file"] == "records/warmup-a.parquet" and len(warm_records) == 6
+    assert {rec["arm"] for rec in warm_records} == {"warmup-a"}  # never mixed into an arm
     assert out.index("warm-up pass: setting a") < out.index("arm a: round 0: starting engine")
     first, second = res["arms"]
     assert first["status"] == "ok" and first["requests_succeeded"] == 6 and len(first["records"]) == 6
-    assert len((run_dir / first["records_file"]).read_text().splitlines()) == 6
+    assert len(records_on_disk(run_dir / first["records_file"])) == 6
     assert {rec["arm"] for rec in first["records"]} == {"a"}  # the warm-up's records are not the arm's
     cache = run_dir / "jit-cache"
     assert first["engine"]["env"]["VLLM_CACHE_ROOT"].startswith(str(cache)) and cache.is_dir()

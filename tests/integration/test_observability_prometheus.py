@@ -29,7 +29,7 @@ import pytest
 from dashboards.generate import JSON_DIR
 from dashboards.prom_server import Prometheus, render_config
 from dashboards.queries import extract, metric_names, substitute
-from result_format.run_result import RunResult
+from result_format.run_result import load_run
 from tests.integration.conftest import REPO, clean_env, run_dir_of, small_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -137,7 +137,7 @@ def sweep_run(tmp_path_factory, prometheus, ray_tmp) -> SweepRun:
 
 
 def test_two_arms_by_three_levels_every_record_has_its_level_and_each_level_its_summary(sweep_run):
-    result = RunResult.model_validate_json((sweep_run.run_dir / "result.json").read_text())
+    result = load_run(sweep_run.run_dir)
     assert result.status == "ok" and [a.name for a in result.arms] == list(ARMS)
     for arm in result.arms:
         assert arm.status == "ok" and arm.requests_succeeded == sum(LEVELS.values())
@@ -146,15 +146,16 @@ def test_two_arms_by_three_levels_every_record_has_its_level_and_each_level_its_
             assert lv.load == r and lv.load_unit == "req/s" and lv.requests_planned == n
             assert lv.warmup_requests == math.ceil(WARMUP_FRACTION * n)
             assert lv.summary is not None and lv.summary.ttft_s.count == n - lv.warmup_requests
-            recs = [r for r in arm.records if r.level == lv.index]
+            recs = [r for r in arm.columns.to_records() if r.level == lv.index]
             assert sorted(r.index for r in recs) == list(range(n))
             assert {r.index for r in recs if r.warmup} == set(range(lv.warmup_requests))
         # One engine served the levels one after another, in the listed order (round 0).
         starts = {s.level: s.start_epoch_s for s in arm.shards}
         assert starts[0] < starts[1] < starts[2]
-        firsts = [min(r.actual_send_s for r in arm.records if r.level == i and r.actual_send_s is not None)
+        records = arm.columns.to_records()
+        firsts = [min(r.actual_send_s for r in records if r.level == i and r.actual_send_s is not None)
                   for i in range(3)]  # fmt: skip
-        ends = [max(r.end_s for r in arm.records if r.level == i and r.end_s is not None) for i in range(3)]
+        ends = [max(r.end_s for r in records if r.level == i and r.end_s is not None) for i in range(3)]
         assert all(starts[i] + firsts[i] > starts[i - 1] + ends[i - 1] for i in (1, 2))  # drained in between
     assert "arm baseline: level 4 req/s (12 requests)" in sweep_run.stdout
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import load_result, moeperf_run, run_dir_of, small_experiment
+from tests.integration.conftest import load_result, moeperf_run, records_on_disk, run_dir_of, small_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_
     roots = [tmp_path, Path("/tmp/moeperf/prometheus"), *fresh]
     assert _files_holding(key, roots, started) == []
     res = load_result(run_dir)
-    assert res["schema_version"] == 2 and res["status"] == "ok"
+    assert res["schema_version"] == 3 and res["status"] == "ok"
     assert [a["name"] for a in res["arms"]] == ["baseline", "all-optimizations"]
     for arm in res["arms"]:
         assert arm["status"] == "ok"
@@ -53,8 +53,8 @@ def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_
             assert rec["first_token_s"] - rec["actual_send_s"] > 0
             assert rec["prompt_tokens"] == rec["prompt_tokens_requested"]
             assert rec["output_tokens"] == rec["output_tokens_requested"] == len(rec["token_times_s"])
-        lines = (run_dir / arm["records_file"]).read_text().splitlines()
-        assert sorted(json.loads(line)["index"] for line in lines) == list(range(6))
+        assert arm["records_file"].endswith(".parquet") and arm["records_count"] == 6
+        assert sorted(rec["index"] for rec in records_on_disk(run_dir / arm["records_file"])) == list(range(6))
         assert arm["engine"]["device"] == "cpu" and arm["engine"]["vllm_version"].startswith("0.32")
         # vLLM chose the kernel itself ("auto" on CPU): the result says which one served.
         assert arm["engine"]["moe_backends"][0] == "Unquantized: CPU"

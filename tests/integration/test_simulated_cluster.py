@@ -16,7 +16,7 @@ from ray.util import placement_group_table
 
 from cluster.orchestration.driver import Driver
 from experiment.config import parse_experiment
-from result_format.run_result import RunResult
+from result_format.run_result import load_run
 from tests.integration.conftest import served_name_for
 from tests.integration.fake_openai import loopback_port
 
@@ -115,9 +115,9 @@ def test_parallel_arms_get_their_own_node_and_gpus_third_arm_fails_clients_sprea
     assert lost[0].received < lost[0].planned
     ok_shard = next(s for s in b.shards if s.status == "ok")
     assert ok_shard.received == ok_shard.planned == 6
-    assert b.requests_succeeded == len([r for r in b.records if r.ok]) >= 3
-    on_disk = (Path(exp["output_dir"]) / res.run_id / b.records_file).read_text().splitlines()
-    assert len(on_disk) == len(b.records)
+    b_records = load_run(Path(exp["output_dir"]) / res.run_id).arm("b").columns
+    assert b.requests_succeeded == int(b_records.ok.sum()) >= 3
+    assert len(b_records) == b.records_count == len(b.columns)  # what is on disk is what the result holds
     assert live_placement_groups() == []
 
 
@@ -153,12 +153,12 @@ def test_a_submitted_job_runs_interleaved_arms_and_leaves_no_placement_group(sim
     logs = client.get_job_logs(job)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
     (run_dir,) = list((tmp_path / "runs").iterdir())
-    res = RunResult.model_validate_json((run_dir / "result.json").read_text())
+    res = load_run(run_dir)
     a, b = res.arms
     assert a.status == b.status == "ok"
     assert a.rounds == b.rounds == 1
     assert a.engine is not None and a.engine.gpu_ids
-    assert sorted((r.round, r.index) for r in a.records) == [(0, i) for i in range(4)]
+    assert sorted(zip(a.columns.round.tolist(), a.columns.index.tolist(), strict=True)) == [(0, i) for i in range(4)]
     start = {(arm.name, s.round): s.start_epoch_s for arm in (a, b) for s in arm.shards}
     assert start[("a", 0)] < start[("b", 0)]  # interleaved: one arm after the other, never at once
     assert live_placement_groups() == []

@@ -10,7 +10,6 @@ import pytest
 from analysis import stats
 from analysis.report import load_result
 from analysis.samples import arm_samples, record_slots, slot_stride
-from workloads.record_columns import RecordColumns
 from analysis.steady_state import judged_arms
 from analysis.summary import summary_lines
 from analysis.sweep import analyse_sweep
@@ -19,6 +18,7 @@ from analysis.synthetic_sweep import DEFAULT_LEVELS, SweepArmTruth, SweepLevelTr
 from analysis.verdicts import AnalysisSettings, analyse_run
 from experiment.slo import SloSpec
 from workloads.metrics import arm_rates
+from workloads.record_columns import RecordColumns
 
 SETTINGS = AnalysisSettings(bootstrap_resamples=200)
 CPU_RESULT = Path(__file__).parent / "data" / "analysis_quick_cpu_result.json"
