@@ -19,21 +19,28 @@ spread combined as for every other check. A capacity the sweep does not bracket 
 the SLO, or none does) is reported and never flagged. Every check, capacity included, is one member
 of the night's Bonferroni family.
 
+Past nights are judged from their summaries only (``analysis.night_summary``: values, within-night
+errors, capacities and capped per-request series, made once when the night was judged), never from
+their records: the night-to-night comparison costs the same whatever the nights' size, and nights
+stored since request records moved out of ``result.json`` can still be judged.
+
 Exit codes: 1 regression, 0 otherwise (also with too little history), 2 the run itself failed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
 from analysis import stats
-from analysis.samples import ArmSamples
-from analysis.steady_state import JudgedArms, SteadyStateRule, judged_arms, measured
-from analysis.sweep import CI_LEVEL, ArmCapacity, arm_capacities
+from analysis.night_summary import LEVEL_SEP, ArmCapacitySummary, NightSummary, summarise_night
+from analysis.night_summary import gated_view as gated_view
+from analysis.steady_state import SteadyStateRule
+from analysis.sweep import CI_LEVEL, ArmCapacity
 from analysis.verdicts import AnalysisSettings, RunAnalysis, analyse_run
 from common.strict import StrictModel
 from experiment.config import ExperimentConfig
@@ -79,7 +86,10 @@ class MetricTrend(StrictModel):
     ratio: float | None = Field(description="tonight / baseline.")
     ci: tuple[float, float] | None = Field(description="Interval of the ratio at the Bonferroni level.")
     night_to_night_rel: float | None = Field(description="Robust SD of the baseline nights, relative.")
-    mann_whitney_p: float | None = Field(description="U test of tonight vs the median baseline night; null for rates.")
+    mann_whitney_p: float | None = Field(
+        description="U test of tonight vs the median baseline night on their summaries' series (beyond "
+        "night_summary.SERIES_CAP requests, a fixed-seed subsample of each); null for rates."
+    )
     flagged: bool = Field(description="Worse than baseline tonight beyond noise and min_effect.")
     consecutive_flagged: int = Field(description="Nights in a row, tonight included, this check was flagged.")
     regression: bool = Field(description="flagged on at least K consecutive nights.")
@@ -128,71 +138,7 @@ def run_failed_verdict(reason: str, policy: NightlyPolicy, result: RunResult | N
     )
 
 
-LEVEL_SEP = " @ "
 CAPACITY_KEY = "capacity"
-
-
-def gated_view(run: RunResult) -> tuple[RunResult, dict[str, tuple[str, str | None]]]:
-    """The run as the gate judges it, and per gated arm its (arm, level label).
-
-    Without a sweep, the run itself. With one, one arm per (arm, level), named '{arm} @ {label}', holding
-    that level's measured requests: each is then judged as an arm of its own (no steady-state cut, a
-    sweep run never gets one), so the same level of two nights meets under the same name.
-    """
-    sweep = run.config.sweep
-    if sweep is None:
-        return run, {a.name: (a.name, None) for a in run.arms}
-    names: dict[str, tuple[str, str | None]] = {}
-    arms = []
-    for a in run.arms:
-        for i, level in enumerate(sweep.levels):
-            name = f"{a.name}{LEVEL_SEP}{level.label()}"
-            names[name] = (a.name, level.label())
-            arms.append(
-                a.model_copy(update={"name": name, "records": [r for r in measured(a.records) if r.level == i]})
-            )
-    return run.model_copy(update={"arms": arms}), names
-
-
-class _NightCache:
-    """Judged samples, point values and capacities per (run, arm), computed once however many nights look
-    at them. A run is judged as ``gated_view`` lays it out."""
-
-    def __init__(self, policy: NightlyPolicy) -> None:
-        self._policy = policy
-        self._judged: dict[str, JudgedArms] = {}
-        self._names: dict[str, dict[str, tuple[str, str | None]]] = {}
-        self._points: dict[tuple[str, str], np.ndarray | None] = {}
-        self._capacities: dict[str, dict[str, ArmCapacity]] = {}
-
-    def judged(self, run: RunResult) -> JudgedArms:
-        if run.run_id not in self._judged:
-            slo = self._policy.slo or run.config.slo
-            view, self._names[run.run_id] = gated_view(run)
-            self._judged[run.run_id] = judged_arms(view, slo, self._policy.steady_state)
-        return self._judged[run.run_id]
-
-    def names(self, run: RunResult) -> dict[str, tuple[str, str | None]]:
-        """Gated arm -> (arm, level label), in run order (arm by arm, level by level)."""
-        self.judged(run)
-        return self._names[run.run_id]
-
-    def capacity(self, run: RunResult, arm: str) -> ArmCapacity | None:
-        """The arm's capacity at the SLO (``sweep.arm_capacities``); None without a sweep or a usable arm."""
-        if run.run_id not in self._capacities:
-            p = self._policy
-            self._capacities[run.run_id] = arm_capacities(run, p.bootstrap_resamples, p.seed, p.slo)
-        return self._capacities[run.run_id].get(arm)
-
-    def samples(self, run: RunResult, arm: str) -> ArmSamples | None:
-        return self.judged(run).samples.get(arm)
-
-    def points(self, run: RunResult, arm: str) -> np.ndarray | None:
-        key = (run.run_id, arm)
-        if key not in self._points:
-            s = self.samples(run, arm)
-            self._points[key] = stats.point_values(s) if s is not None else None
-        return self._points[key]
 
 
 def _metric_indices(policy: NightlyPolicy) -> list[int]:
@@ -205,22 +151,18 @@ def _metric_indices(policy: NightlyPolicy) -> list[int]:
 
 
 def _check_night(
-    night: RunResult, previous: list[RunResult], policy: NightlyPolicy, cache: _NightCache, z: float
+    night: NightSummary, previous: list[NightSummary], policy: NightlyPolicy, z: float
 ) -> dict[tuple[str, str], MetricTrend]:
-    """Flags of one night against the median of its own last N previous nights."""
+    """Flags of one night against the median of its own last N previous nights, all from their summaries."""
     window = previous[-policy.baseline_nights :]
-    rng = np.random.default_rng(policy.seed)
     out: dict[tuple[str, str], MetricTrend] = {}
-    for gated, (arm_name, level) in cache.names(night).items():
-        tonight = cache.samples(night, gated)
-        if tonight is None:
-            continue
-        past = [(r, p) for r in window if (p := cache.points(r, gated)) is not None]
-        point = cache.points(night, gated)
-        assert point is not None
+    for tonight in night.gated:
+        gated = tonight.name
+        past = [(r, g.point_array()) for r in window if (g := r.gated_arm(gated)) is not None]
+        point = tonight.point_array()
         # Within-night error (the bootstrap for quantiles, batch means for rates); the engine-to-
         # engine part is in the night-to-night spread, every night having its own engines.
-        se_night = stats.arm_log_se(tonight, policy.bootstrap_resamples, rng)
+        se_night = tonight.log_se_array()
         for j in _metric_indices(policy):
             spec = stats.METRICS[j]
             logs = np.array([math.log(p[j]) for _, p in past if p[j] > 0 and math.isfinite(p[j])])
@@ -230,7 +172,7 @@ def _check_night(
             if logs.size >= 1 and point[j] > 0 and math.isfinite(point[j]):
                 baseline = float(np.exp(np.median(logs)))
                 ratio = point[j] / baseline
-            tail_ok = spec.quantile is None or tonight.n * (1 - spec.quantile / 100) >= policy.min_tail_requests
+            tail_ok = spec.quantile is None or tonight.requests * (1 - spec.quantile / 100) >= policy.min_tail_requests
             if ratio is not None and tail_ok and logs.size >= policy.min_history_nights and math.isfinite(se_night[j]):
                 mad_sd = MAD_TO_SD * float(np.median(np.abs(logs - np.median(logs))))
                 spread = math.exp(mad_sd) - 1
@@ -240,20 +182,19 @@ def _check_night(
                 worse = ci[1] < 1 if spec.higher_is_better else ci[0] > 1
                 flagged = worse and abs(ratio - 1) >= policy.min_effect
                 median_run = min(past, key=lambda rp: abs(math.log(max(rp[1][j], 1e-300)) - float(np.median(logs))))[0]
-                ref = cache.samples(median_run, gated)
+                ref = median_run.gated_arm(gated)
                 if ref is not None:
-                    mw = stats.mann_whitney_p(
-                        stats.per_request_series(ref, spec.family), stats.per_request_series(tonight, spec.family)
-                    )
+                    # On the summaries' series: a subsample of either night beyond SERIES_CAP requests.
+                    mw = stats.mann_whitney_p(ref.series_array(spec.family), tonight.series_array(spec.family))
             out[(gated, spec.key)] = MetricTrend(
-                arm=arm_name,
-                level=level,
+                arm=tonight.arm,
+                level=tonight.level,
                 metric=spec.key,
                 label=spec.label,
                 unit=spec.unit,
                 higher_is_better=spec.higher_is_better,
                 tonight=float(point[j]) if math.isfinite(point[j]) else None,
-                requests=tonight.n,
+                requests=tonight.requests,
                 baseline=baseline,
                 baseline_nights=int(logs.size),
                 ratio=ratio,
@@ -265,15 +206,19 @@ def _check_night(
                 regression=False,
             )
     if night.config.sweep is not None:
-        for arm in night.arms:
-            trend = _capacity_check(night, arm.name, window, cache, policy, z)
+        for cap in night.capacities:
+            trend = _capacity_check(night, cap, window, policy, z)
             if trend is not None:
-                out[(arm.name, CAPACITY_KEY)] = trend
+                out[(cap.arm, CAPACITY_KEY)] = trend
     return out
 
 
+def _capacity_of(night: NightSummary, arm: str) -> ArmCapacity | None:
+    return next((c.capacity for c in night.capacities if c.arm == arm), None)
+
+
 def _capacity_check(
-    night: RunResult, arm: str, window: list[RunResult], cache: _NightCache, policy: NightlyPolicy, z: float
+    night: NightSummary, arm_cap: ArmCapacitySummary, window: list[NightSummary], policy: NightlyPolicy, z: float
 ) -> MetricTrend | None:
     """Tonight's capacity of ``arm`` against the median of the window's bracketed capacities.
 
@@ -281,11 +226,11 @@ def _capacity_check(
     analysis' ``CI_LEVEL``) read as a normal one; the night-to-night spread is the history's, as for
     every metric. Censored tonight: reported, never flagged; censored nights are not in the baseline.
     """
-    cap = cache.capacity(night, arm)
+    cap, arm = arm_cap.capacity, arm_cap.arm
     sweep = night.config.sweep
-    if cap is None or sweep is None:
+    if sweep is None:
         return None
-    past = [c.capacity_load for r in window if (c := cache.capacity(r, arm)) is not None and c.censored == "none"]
+    past = [c.capacity_load for r in window if (c := _capacity_of(r, arm)) is not None and c.censored == "none"]
     logs = np.array([math.log(v) for v in past if v is not None and v > 0])
     tonight = cap.capacity_load
     baseline = float(np.exp(np.median(logs))) if logs.size else None
@@ -314,7 +259,7 @@ def _capacity_check(
         unit=sweep.load_unit,
         higher_is_better=True,
         tonight=tonight,
-        requests=sum(1 for r in measured(night.arm(arm).records)),
+        requests=arm_cap.measured_requests,
         baseline=baseline,
         baseline_nights=int(logs.size),
         ratio=ratio,
@@ -342,17 +287,31 @@ def _comparable_config(config: ExperimentConfig) -> dict[str, object]:
     return out
 
 
-def _sweep_text(run: RunResult) -> str:
+def _sweep_text(run: RunResult | NightSummary) -> str:
     sweep = run.config.sweep
     return "no sweep" if sweep is None else "levels " + ", ".join(lv.label() for lv in sweep.levels)
 
 
-def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPolicy | None = None) -> NightlyVerdict:
-    """Compare tonight's ``result`` with ``history`` (earlier ok runs, any order; later ones are ignored)."""
+def judge_night(
+    result: RunResult,
+    history: Sequence[NightSummary | RunResult],
+    policy: NightlyPolicy | None = None,
+    tonight: NightSummary | None = None,
+) -> NightlyVerdict:
+    """Compare tonight's ``result`` with ``history`` (earlier nights, any order; later ones are ignored).
+
+    History nights are judged from their summaries only (``analysis.night_summary``); a RunResult in
+    ``history`` is summarised here, and only when the gate looks at it. ``tonight``: tonight's summary
+    when the caller already made it (under ``policy``), so it is stored without judging the night twice.
+    """
     policy = policy or NightlyPolicy()
     if result.status != "ok":
         failed = [f"{a.name}: {a.failure_reason}" for a in result.arms if a.status != "ok"]
         return run_failed_verdict(f"run {result.status}: " + ("; ".join(failed) or "see result"), policy, result)
+    if tonight is None:
+        tonight = summarise_night(result, policy)
+    elif tonight.run_id != result.run_id or tonight.policy_differences(policy):
+        raise ValueError(f"tonight's summary is of {tonight.run_id} or under another policy than {result.run_id}'s")
     before = [
         r for r in history if r.status == "ok" and r.run_id != result.run_id and r.started_at <= result.started_at
     ]
@@ -362,19 +321,23 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     )
     changed = len(before) - len(earlier)
     other_sweep = [r for r in before if r.config.sweep != result.config.sweep]
-    cache = _NightCache(policy)
+    # The only nights ever looked at: tonight's window and those of the K-1 nights re-judged before it.
+    recent = [
+        r if isinstance(r, NightSummary) else summarise_night(r, policy)
+        for r in earlier[-(policy.baseline_nights + policy.consecutive_nights - 1) :]
+    ]
     n_capacity = len(result.arms) if result.config.sweep is not None else 0
-    n_checks = max(1, len(cache.names(result)) * len(_metric_indices(policy)) + n_capacity)
+    n_checks = max(1, tonight.n_gated * len(_metric_indices(policy)) + n_capacity)
     z = stats.z_one_sided(1 - policy.alpha / n_checks)
-    checks = _check_night(result, earlier, policy, cache, z)
+    checks = _check_night(tonight, recent, policy, z)
     # Walk back night by night while the flags keep holding: each judged against its own past.
     still = {k for k, c in checks.items() if c.flagged}
     streak = dict.fromkeys(still, 1)
     for back in range(1, policy.consecutive_nights):
-        if not still or back > len(earlier):
+        if not still or back > len(recent):
             break
-        night = earlier[-back]
-        past = _check_night(night, earlier[: len(earlier) - back], policy, cache, z)
+        night = recent[-back]
+        past = _check_night(night, recent[: len(recent) - back], policy, z)
         still = {k for k in still if k in past and past[k].flagged}
         for k in still:
             streak[k] += 1
@@ -396,6 +359,13 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
     regressions = [t for t in trends if t.regression]
     flagged = [t for t in trends if t.flagged]
     notes = []
+    other_policy = [(r.run_id, d) for r in recent if (d := r.policy_differences(policy))]
+    if other_policy:
+        fields = sorted({f for _, d in other_policy for f in d})
+        notes.append(
+            f"{len(other_policy)} history night(s) ({', '.join(i for i, _ in other_policy[:4])}) were summarised "
+            f"under another {'/'.join(fields)} than tonight's policy: their stored values are used as they are"
+        )
     if changed:
         notes.append(f"{changed} earlier night(s) ran a different model/engine/workload config: not in the baseline")
     if other_sweep:
@@ -447,6 +417,6 @@ def judge_night(result: RunResult, history: list[RunResult], policy: NightlyPoli
         history_runs=history_ids,
         checks=trends,
         analysis=analysis,
-        warmup_excluded={k: v for k, v in cache.judged(result).cuts.items() if v},
+        warmup_excluded=dict(tonight.warmup_excluded),
         notes=notes,
     )

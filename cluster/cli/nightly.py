@@ -18,13 +18,13 @@ from cluster.cli.from_model import add_model_options, apply_overrides, collect_o
 from cluster.cli.loading import sigterm_as_interrupt
 from cluster.cli.log_setup import add_verbosity_options, setup_logging
 from experiment.config import ConfigError, ExperimentConfig, parse_experiment, read_yaml
-from result_format.run_result import RunResult
+from result_format.run_result import RunResult, attach_records
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moeperf nightly", description=__doc__)
     p.add_argument("--experiment", required=True, help="Experiment YAML, e.g. experiments/nightly.yaml.")
-    p.add_argument("--history", required=True, help="Folder of past nights' result files (read and appended).")
+    p.add_argument("--history", required=True, help="Folder of past nights' summaries (read and appended).")
     p.add_argument("--out", default=None, help="Report folder; default: the run's own folder.")
     p.add_argument("--consecutive-nights", type=int, default=None, help="K nights in a row before failing.")
     p.add_argument("--baseline-nights", type=int, default=None, help="Baseline: median of the last N nights.")
@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(ns.experiment)
         cfg = parse_experiment(apply_overrides(read_yaml(path), collect_overrides(ns)), str(path))
         driver = Driver(cfg, path.resolve().parent, ["moeperf", "nightly", *(argv or sys.argv[1:])])
-        result = driver.run()
+        # Where its records are: a report folder other than the run's then names them by path (analysis.gate).
+        result = attach_records(driver.run(), driver.run_dir)
         out = out or driver.run_dir
         if result.status != "ok":
             failed = [f"{a.name}: {a.failure_reason}" for a in result.arms if a.status != "ok"]

@@ -61,8 +61,8 @@ def test_the_gated_view_is_one_arm_per_arm_and_level_with_measured_records_only(
     assert list(names) == [f"{a} @ c={c}" for a in ("A", "B") for c in (1, 2, 4, 8)]
     assert names["B @ c=4"] == ("B", "c=4")
     arm = view.arm("B @ c=4")
-    assert len(arm.records) == 120 and {r.level for r in arm.records} == {2}
-    assert not any(r.warmup for r in arm.records)
+    assert len(arm.columns) == 120 and arm.columns.levels() == [2]
+    assert not arm.columns.warmup.any()
 
 
 def test_noise_only_sweep_nights_pass(history):
