@@ -179,6 +179,7 @@ def seal(journal: Path, sort: bool = True) -> SealedRecords:
         level_key = pa.compute.fill_null(table.column("level"), -1)
         order = np.lexsort((table.column("index").to_numpy(), level_key.to_numpy(), table.column("round").to_numpy()))
         table = table.take(pa.array(order))
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".parquet.tmp")
     pq.write_table(
         table.combine_chunks(),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from workloads.trace_stats import trace_stats
-from workloads.traces import LOADERS, AnyTraceSpec, TraceFormatError, TraceSpec, read_trace
+from workloads.trace_stats import trace_stats_stream
+from workloads.traces import ITERATORS, AnyTraceSpec, TraceFormatError, TraceSpec, iter_trace
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     st = sub.add_parser("stats", help="Print count, duration, rate, burstiness and length percentiles as JSON.")
     st.add_argument("file", type=Path)
-    st.add_argument("--kind", required=True, choices=sorted(k for k in LOADERS if k != "synthetic"))
+    st.add_argument("--kind", required=True, choices=sorted(k for k in ITERATORS if k != "synthetic"))
     st.add_argument(
         "--option",
         action="append",
@@ -48,7 +48,9 @@ def main(argv: list[str]) -> int:
         spec: AnyTraceSpec = TypeAdapter(TraceSpec).validate_python(
             {"kind": ns.kind, "path": str(ns.file.resolve()), **_options(ns.option)}
         )
-        stats = trace_stats(read_trace(spec))
+        skipped: dict[str, int] = {}
+        # Streamed: the trace may be far larger than memory; an empty one raises (naming the file) at its end.
+        stats = trace_stats_stream(iter_trace(spec, None, skipped), skipped)
     except (TraceFormatError, ValidationError) as e:
         print(f"moeperf trace: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -18,8 +19,9 @@ from workloads.traces.base import (
     LoadedTrace,
     TraceFormatError,
     check_order,
+    collect,
     csv_rows,
-    non_empty,
+    limited_rows,
     parse_int,
     resolve_trace_path,
 )
@@ -43,10 +45,15 @@ def parse_timestamp(text: str) -> datetime:
     return datetime.fromisoformat(_FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), text.strip(), count=1))
 
 
-def load_azure(spec: AzureTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+def iter_azure(spec: AzureTraceSpec, base_dir: Path | None, skipped: dict[str, int]) -> Iterator[TraceRow]:
+    """Rows as they are read; holds only the first timestamp and the last arrival."""
     path = resolve_trace_path(spec.path, base_dir)
-    out = LoadedTrace(rows=[])
+    return limited_rows(path, _rows(path), spec.max_requests, skipped)
+
+
+def _rows(path: Path) -> Iterator[TraceRow]:
     first: datetime | None = None
+    prev_arrival_s: float | None = None
     for line, row in csv_rows(path, COLUMNS):
         try:
             ts = parse_timestamp(row["TIMESTAMP"])
@@ -59,8 +66,11 @@ def load_azure(spec: AzureTraceSpec, base_dir: Path | None = None) -> LoadedTrac
             arrival_s = (ts - first).total_seconds()
         except TypeError:
             raise TraceFormatError(path, "TIMESTAMP: mixes times with and without a zone", line=line) from None
-        check_order(path, line, out.rows, arrival_s)
-        out.rows.append(TraceRow(arrival_s=arrival_s, input_tokens=ctx, output_tokens=gen, line=line))
-        if spec.max_requests is not None and len(out.rows) >= spec.max_requests:
-            break
-    return non_empty(path, out)
+        check_order(path, line, prev_arrival_s, arrival_s)
+        prev_arrival_s = arrival_s
+        yield TraceRow(arrival_s=arrival_s, input_tokens=ctx, output_tokens=gen, line=line)
+
+
+def load_azure(spec: AzureTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+    skipped: dict[str, int] = {}
+    return collect(iter_azure(spec, base_dir, skipped), skipped)

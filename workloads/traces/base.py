@@ -1,8 +1,13 @@
-"""What every trace kind shares: the error that names file and line, path lookup, CSV rows, checks."""
+"""What every trace kind shares: the error that names file and line, path lookup, CSV rows, checks.
+
+Every kind reads its file as a stream of rows (``iter_<kind>``), so a multi-gigabyte trace can be
+described without holding it; ``load_<kind>`` collects that stream for the schedule builder.
+"""
 
 from __future__ import annotations
 
 import csv
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +33,11 @@ class LoadedTrace:
     skipped: dict[str, int] = field(default_factory=dict)
 
     def skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        count_skip(self.skipped, reason)
+
+
+def count_skip(skipped: dict[str, int], reason: str) -> None:
+    skipped[reason] = skipped.get(reason, 0) + 1
 
 
 def resolve_trace_path(path: Path, base_dir: Path | None) -> Path:
@@ -70,15 +79,43 @@ def parse_int(path: Path, line: int, name: str, text: str) -> int:
     return value
 
 
-def check_order(path: Path, line: int, rows: list[TraceRow], arrival_s: float) -> None:
-    if rows and rows[-1].arrival_s is not None and arrival_s < rows[-1].arrival_s:
+def check_order(path: Path, line: int, prev_arrival_s: float | None, arrival_s: float) -> None:
+    """``prev_arrival_s``: the last row kept so far (None before the first), so a reader holds one number, not rows."""
+    if prev_arrival_s is not None and arrival_s < prev_arrival_s:
         raise TraceFormatError(
-            path, f"timestamps go backwards ({arrival_s:.6f} s after {rows[-1].arrival_s:.6f} s)", line=line
+            path, f"timestamps go backwards ({arrival_s:.6f} s after {prev_arrival_s:.6f} s)", line=line
         )
+
+
+def _no_requests(path: Path, skipped: dict[str, int]) -> TraceFormatError:
+    detail = f" (skipped: {skipped})" if skipped else ""
+    return TraceFormatError(path, f"no requests in trace{detail}")
 
 
 def non_empty(path: Path, loaded: LoadedTrace) -> LoadedTrace:
     if not loaded.rows:
-        detail = f" (skipped: {loaded.skipped})" if loaded.skipped else ""
-        raise TraceFormatError(path, f"no requests in trace{detail}")
+        raise _no_requests(path, loaded.skipped)
     return loaded
+
+
+def limited_rows(
+    path: Path, rows: Iterator[TraceRow], max_requests: int | None, skipped: dict[str, int]
+) -> Iterator[TraceRow]:
+    """Stops right after the ``max_requests``-th row (reading no further, as the list loaders did) and raises the
+    empty-trace error once the stream ends with nothing in it, so streaming callers get it too."""
+    count = 0
+    try:
+        for row in itertools.islice(rows, max_requests):
+            count += 1
+            yield row
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()  # an unfinished reader's file is closed now, not whenever it is collected
+    if count == 0:
+        raise _no_requests(path, skipped)
+
+
+def collect(rows: Iterator[TraceRow], skipped: dict[str, int]) -> LoadedTrace:
+    """The list form of a stream; ``skipped`` is the dict the stream fills, complete once the stream is."""
+    return LoadedTrace(rows=list(rows), skipped=skipped)

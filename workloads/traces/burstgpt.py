@@ -6,6 +6,7 @@ are dropped, and the count is reported with the schedule.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -17,8 +18,10 @@ from workloads.traces.base import (
     LoadedTrace,
     TraceFormatError,
     check_order,
+    collect,
+    count_skip,
     csv_rows,
-    non_empty,
+    limited_rows,
     parse_int,
     resolve_trace_path,
 )
@@ -37,10 +40,16 @@ class BurstGptTraceSpec(FrozenStrictModel):
     )
 
 
-def load_burstgpt(spec: BurstGptTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+def iter_burstgpt(spec: BurstGptTraceSpec, base_dir: Path | None, skipped: dict[str, int]) -> Iterator[TraceRow]:
+    """Rows as they are read; holds only the first timestamp and the last kept arrival."""
     path = resolve_trace_path(spec.path, base_dir)
-    out = LoadedTrace(rows=[])
+    return limited_rows(path, _rows(path, spec, skipped), spec.max_requests, skipped)
+
+
+def _rows(path: Path, spec: BurstGptTraceSpec, skipped: dict[str, int]) -> Iterator[TraceRow]:
     t0: float | None = None
+    # Order is checked against the last *kept* row (as the list loader did): t0 is the first row read, kept or not.
+    prev_arrival_s: float | None = None
     for line, row in csv_rows(path, COLUMNS):
         try:
             ts = float(row["Timestamp"])
@@ -49,17 +58,20 @@ def load_burstgpt(spec: BurstGptTraceSpec, base_dir: Path | None = None) -> Load
         req = parse_int(path, line, "Request tokens", row["Request tokens"])
         resp = parse_int(path, line, "Response tokens", row["Response tokens"])
         t0 = ts if t0 is None else t0
-        check_order(path, line, out.rows, ts - t0)
+        check_order(path, line, prev_arrival_s, ts - t0)
         if spec.models is not None and row["Model"] not in spec.models:
-            out.skip("model not selected")
+            count_skip(skipped, "model not selected")
             continue
         if spec.log_types is not None and row["Log Type"] not in spec.log_types:
-            out.skip("log type not selected")
+            count_skip(skipped, "log type not selected")
             continue
         if spec.drop_failed and resp == 0:
-            out.skip("failed request (zero response tokens)")
+            count_skip(skipped, "failed request (zero response tokens)")
             continue
-        out.rows.append(TraceRow(arrival_s=ts - t0, input_tokens=req, output_tokens=resp, line=line))
-        if spec.max_requests is not None and len(out.rows) >= spec.max_requests:
-            break
-    return non_empty(path, out)
+        prev_arrival_s = ts - t0
+        yield TraceRow(arrival_s=ts - t0, input_tokens=req, output_tokens=resp, line=line)
+
+
+def load_burstgpt(spec: BurstGptTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+    skipped: dict[str, int] = {}
+    return collect(iter_burstgpt(spec, base_dir, skipped), skipped)

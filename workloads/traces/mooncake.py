@@ -8,6 +8,7 @@ exactly the tokens the trace says they share, and the prefix cache sees the real
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +16,15 @@ from pydantic import Field
 
 from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
-from workloads.traces.base import LoadedTrace, TraceFormatError, check_order, non_empty, resolve_trace_path
+from workloads.traces.base import (
+    LoadedTrace,
+    TraceFormatError,
+    check_order,
+    collect,
+    count_skip,
+    limited_rows,
+    resolve_trace_path,
+)
 
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
@@ -50,13 +59,20 @@ def _blocks(path: Path, line: int, ids: Any, input_tokens: int, block_tokens: in
     return tuple(blocks)
 
 
-def load_mooncake(spec: MooncakeTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+def iter_mooncake(spec: MooncakeTraceSpec, base_dir: Path | None, skipped: dict[str, int]) -> Iterator[TraceRow]:
+    """Rows as they are read, one line at a time; holds only the first and the last timestamp."""
     path = resolve_trace_path(spec.path, base_dir)
-    out = LoadedTrace(rows=[])
+    return limited_rows(path, _rows(path, spec, skipped), spec.max_requests, skipped)
+
+
+def _rows(path: Path, spec: MooncakeTraceSpec, skipped: dict[str, int]) -> Iterator[TraceRow]:
+    t0_s: float | None = None
+    # Order is checked on the file's own times, before they are made relative to the first row.
+    prev_s: float | None = None
     with path.open() as f:
         for line, text in enumerate(f, start=1):
             if not text.strip():
-                out.skip("blank line")
+                count_skip(skipped, "blank line")
                 continue
             try:
                 obj = json.loads(text)
@@ -68,15 +84,15 @@ def load_mooncake(spec: MooncakeTraceSpec, base_dir: Path | None = None) -> Load
             inp = int(_field(path, line, obj, "input_length", int))
             outp = int(_field(path, line, obj, "output_length", int))
             blocks = _blocks(path, line, _field(path, line, obj, "hash_ids", list), inp, spec.block_tokens)
-            check_order(path, line, out.rows, ts_ms / 1000.0)
-            out.rows.append(
-                TraceRow(
-                    arrival_s=ts_ms / 1000.0, input_tokens=inp, output_tokens=outp, shared_blocks=blocks, line=line
-                )
+            ts_s = ts_ms / 1000.0
+            check_order(path, line, prev_s, ts_s)
+            prev_s = ts_s
+            t0_s = (ts_s or 0.0) if t0_s is None else t0_s  # ``or 0.0``: -0.0 becomes 0.0, as the list loader had it
+            yield TraceRow(
+                arrival_s=(ts_s or 0.0) - t0_s, input_tokens=inp, output_tokens=outp, shared_blocks=blocks, line=line
             )
-            if spec.max_requests is not None and len(out.rows) >= spec.max_requests:
-                break
-    loaded = non_empty(path, out)
-    t0 = loaded.rows[0].arrival_s or 0.0
-    loaded.rows = [r.model_copy(update={"arrival_s": (r.arrival_s or 0.0) - t0}) for r in loaded.rows]
-    return loaded
+
+
+def load_mooncake(spec: MooncakeTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+    skipped: dict[str, int] = {}
+    return collect(iter_mooncake(spec, base_dir, skipped), skipped)

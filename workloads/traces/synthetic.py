@@ -2,11 +2,15 @@
 
 The empirical kind draws lengths from another trace, to replay a real length mix at a rate or
 arrival process of one's choice. An optional shared prefix opens every prompt (system prompt).
+
+Rows are made one at a time, but the lengths are drawn up front (two ints a request, ``num_requests``
+being the spec's own size, not a file's): drawing them in pieces could change the seeded sequence.
+The empirical pool holds one int per row of the other trace, read as a stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,7 +19,7 @@ from pydantic import Field, TypeAdapter
 
 from common.strict import FrozenStrictModel
 from workloads.schedule import TraceRow
-from workloads.traces.base import LoadedTrace
+from workloads.traces.base import LoadedTrace, collect
 
 SHARED_PREFIX_KEY = 1 << 39
 
@@ -102,10 +106,10 @@ def _lognormal(d: LognormalLengths, n: int, rng: np.random.Generator, base_dir: 
 
 
 def _empirical(d: EmpiricalLengths, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
-    from workloads.traces import TraceSpec, read_trace  # the union includes this module
+    from workloads.traces import TraceSpec, iter_trace  # the union includes this module
 
-    rows = read_trace(TypeAdapter(TraceSpec).validate_python(d.trace), base_dir).rows
-    pool = np.array([r.input_tokens if d.side == "input" else r.output_tokens for r in rows])
+    rows = iter_trace(TypeAdapter(TraceSpec).validate_python(d.trace), base_dir)
+    pool = np.fromiter((r.input_tokens if d.side == "input" else r.output_tokens for r in rows), dtype=np.int64)
     return rng.choice(pool, size=n, replace=True)
 
 
@@ -119,19 +123,22 @@ DRAWS: dict[str, Draw] = {
 }
 
 
-def load_synthetic(spec: SyntheticTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+def iter_synthetic(spec: SyntheticTraceSpec, base_dir: Path | None, skipped: dict[str, int]) -> Iterator[TraceRow]:
     rng = np.random.default_rng(spec.seed)
     inputs = _draw(spec.input_tokens, spec.num_requests, rng, base_dir)
     outputs = _draw(spec.output_tokens, spec.num_requests, rng, base_dir)
     prefix = ((SHARED_PREFIX_KEY, spec.shared_prefix_tokens),) if spec.shared_prefix_tokens else ()
-    return LoadedTrace(
-        rows=[
-            TraceRow(
-                arrival_s=None if spec.rate_rps is None else i / spec.rate_rps,
-                input_tokens=spec.shared_prefix_tokens + inputs[i],
-                output_tokens=outputs[i],
-                shared_blocks=prefix,
-            )
-            for i in range(spec.num_requests)
-        ]
+    return (
+        TraceRow(
+            arrival_s=None if spec.rate_rps is None else i / spec.rate_rps,
+            input_tokens=spec.shared_prefix_tokens + inputs[i],
+            output_tokens=outputs[i],
+            shared_blocks=prefix,
+        )
+        for i in range(spec.num_requests)
     )
+
+
+def load_synthetic(spec: SyntheticTraceSpec, base_dir: Path | None = None) -> LoadedTrace:
+    skipped: dict[str, int] = {}
+    return collect(iter_synthetic(spec, base_dir, skipped), skipped)
