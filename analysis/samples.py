@@ -31,6 +31,13 @@ Family = tuple[FloatArray, np.ndarray, np.ndarray]
 FAMILIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 
 
+def _by_owner_then_value(values: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    """The order sorting by owner, then value: an unstable float sort, then a stable (radix) integer sort;
+    several times faster than ``np.lexsort`` on the tens of millions of inter-token gaps of a long run."""
+    order = np.argsort(values)
+    return order[np.argsort(owners[order], kind="stable")]
+
+
 def _merge_runs(values: FloatArray, owners: np.ndarray, per_request: bool) -> Family:
     """Sorted by (value, owner), equal neighbours of one request merged into one weighted entry: a request
     whose tokens came at a steady pace costs one entry instead of one per token. ``per_request``: one
@@ -38,7 +45,9 @@ def _merge_runs(values: FloatArray, owners: np.ndarray, per_request: bool) -> Fa
     if per_request:
         order = np.argsort(values, kind="stable")
         return values[order], owners[order], np.ones(order.size, dtype=np.int64)
-    order = np.lexsort((owners, values))
+    # Equal values are interchangeable in a percentile, so any sort by value serves; equal neighbours of one
+    # request are merged where the sort put them side by side (a steady request's tokens, typically).
+    order = np.argsort(values)
     v, o = values[order], owners[order]
     if v.size == 0:
         return v, o, np.empty(0, dtype=np.int64)
@@ -97,8 +106,17 @@ class ArmSamples:
         Resampling then only changes each request's weight (how often it was drawn), so a bootstrap
         replicate costs a gather and a cumulative sum instead of a sort.
         """
+        if rounds not in self._families and rounds is not None:
+            # A subset of the whole run's sorted families: filtering keeps them sorted and merged.
+            mine = np.isin(self.rounds, rounds)
+            whole = self.families(None)
+            sub: dict[str, Family] = {}
+            for family, (v, o, m) in whole.items():
+                keep = mine[o]
+                sub[family] = (v[keep], o[keep], m[keep])
+            self._families[rounds] = sub
         if rounds not in self._families:
-            mine = np.ones(self.n, dtype=bool) if rounds is None else np.isin(self.rounds, rounds)
+            mine = np.ones(self.n, dtype=bool)
             owners_itl = np.repeat(np.arange(self.n), np.diff(self.itl_offsets))
             out: dict[str, Family] = {}
             for family, values, owners in (
@@ -131,7 +149,7 @@ class ArmSamples:
         """Median inter-token latency of each request (NaN for requests with fewer than two tokens)."""
         lengths = np.diff(self.itl_offsets)
         owners = np.repeat(np.arange(self.n), lengths)
-        v = self.itl_flat_s[np.lexsort((self.itl_flat_s, owners))]
+        v = self.itl_flat_s[_by_owner_then_value(self.itl_flat_s, owners)]
         out = np.full(self.n, np.nan)
         has = lengths > 0
         start, length = self.itl_offsets[:-1][has], lengths[has]

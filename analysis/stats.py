@@ -17,7 +17,7 @@ Everything is driven by an explicit seed, so a report is reproducible.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -86,20 +86,129 @@ def weighted_percentiles_batch(sorted_values: np.ndarray, weights: np.ndarray, q
     return out
 
 
+WINDOW_SIGMAS = 5.0
+"""Half-width of a quantile's window, in standard deviations of the replicates' weight below it."""
+EXACT_BELOW_VALUES = 8_192
+"""Families with fewer values than this take the exact path on every row (cheap there, and the reference)."""
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Where one quantile of one family can fall in nearly every replicate: sorted positions [start, end),
+    and per request the weight (values x multiplicity) it has below ``start``."""
+
+    start: int
+    end: int
+    below: np.ndarray  # (n,) float64
+
+
+def _windows(arm: ArmSamples, key: object, values: np.ndarray, owners: np.ndarray, mult: np.ndarray) -> list[_Window]:
+    """One window per quantile, from the estimate itself (every request once, cached per arm and family).
+
+    A replicate's weight below the estimate's quantile position is sum_i c_i a_i, the count c_i of
+    request i drawn; its target rank moves with q * sum_i c_i t_i. Their difference has a variance of
+    about sum_i (a_i - q t_i)^2 under the slot bootstrap (requests, not values, are the units), so the
+    replicates' quantile positions lie within a few of those standard deviations of the estimate's.
+    """
+    cached = arm.cache.get(key)
+    if isinstance(cached, list):
+        return cached
+    n = arm.n
+    cum = np.cumsum(mult, dtype=np.int64)
+    total = int(cum[-1])
+    per_request = np.bincount(owners, weights=mult, minlength=n)
+    out = []
+    for q in QUANTILES:
+        target = (total - 1) * q / 100.0
+        pos = int(np.searchsorted(cum, target, side="right"))
+        a = np.bincount(owners[:pos], weights=mult[:pos], minlength=n)
+        sigma = float(np.sqrt(np.sum((a - q / 100.0 * per_request) ** 2)))
+        lo_w, hi_w = target - WINDOW_SIGMAS * sigma - 2, target + WINDOW_SIGMAS * sigma + 2
+        start = max(0, int(np.searchsorted(cum, lo_w, side="left")) - 1)
+        end = max(start + 1, min(values.size, int(np.searchsorted(cum, hi_w, side="right")) + 2))
+        out.append(_Window(start, end, np.bincount(owners[:start], weights=mult[:start], minlength=n)))
+    arm.cache[key] = out
+    return out
+
+
+def _windowed_percentiles(
+    values: np.ndarray, owners: np.ndarray, mult: np.ndarray, counts: np.ndarray, totals: np.ndarray,
+    belows: np.ndarray, windows: list[_Window],
+) -> np.ndarray:  # fmt: skip
+    """``weighted_percentiles_batch(values, counts[:, owners] * mult, QUANTILES)``, exactly, at the cost of the
+    windows rather than of every value: a row's cumulative weight at a window's start is one dot product,
+    the rest is the window's own values. A row whose quantile falls outside a window takes the exact path."""
+    b = counts.shape[0]
+    out = np.full((b, len(QUANTILES)), np.nan)
+    live = totals > 0
+    outside = np.zeros(b, dtype=bool)
+    for i, (q, w) in enumerate(zip(QUANTILES, windows, strict=True)):
+        below = belows[:, i]
+        cw = below[:, None] + np.cumsum(counts[:, owners[w.start : w.end]] * mult[w.start : w.end], axis=1)
+        h = (totals - 1) * q / 100.0
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, totals - 1)
+        # Outside: the quantile is before the window (weight below its start already passes lo), or after it.
+        miss = live & ((lo < below) | ((hi >= cw[:, -1]) & (w.end < values.size)))
+        # Rows of cw are non-decreasing: shifted apart they are one sorted array (as in the exact path).
+        shift = np.arange(b, dtype=np.int64) * (int(cw[:, -1].max()) + 1)
+        flat = (cw + shift[:, None]).ravel()
+        base = np.arange(b, dtype=np.int64) * cw.shape[1]
+        k_lo = np.searchsorted(flat, lo + shift, side="right") - base
+        k_hi = np.searchsorted(flat, hi + shift, side="right") - base
+        i_lo = np.minimum(w.start + k_lo, values.size - 1)
+        i_hi = np.minimum(w.start + k_hi, values.size - 1)
+        v_lo, v_hi = values[i_lo], values[i_hi]
+        out[:, i] = np.where(live, v_lo + (h - lo) * (v_hi - v_lo), np.nan)
+        outside |= miss
+    if outside.any():
+        rows = np.flatnonzero(outside)
+        out[rows] = weighted_percentiles_batch(values, counts[rows][:, owners] * mult, QUANTILES)
+    return out
+
+
 def quantile_values(arm: ArmSamples, counts: np.ndarray, rounds: Sequence[int] | None = None) -> np.ndarray:
     """Quantile metrics (METRICS order) of the requests of ``rounds`` (None: all), each request weighted by
-    ``counts[:, i]`` (how often a replicate drew it): (B, n) -> (B, N_QUANTILE)."""
+    ``counts[:, i]`` (how often a replicate drew it): (B, n) -> (B, N_QUANTILE).
+
+    Small families (most runs) sort every replicate's weights exactly; large ones (a production-length run's
+    tokens) look only at the values near each quantile (``_windowed_percentiles``), with the same result."""
     counts = np.atleast_2d(counts)
-    fams = arm.families(None if rounds is None else tuple(rounds))
+    key = None if rounds is None else tuple(rounds)
+    fams = arm.families(key)
     out = np.full((counts.shape[0], N_QUANTILE), np.nan)
     width = max(1, max((v.size for v, _, _ in fams.values()), default=1))
     step = max(1, _CHUNK_ELEMENTS // width)
-    for c0 in range(0, counts.shape[0], step):
-        rows = counts[c0 : c0 + step]
-        for f, (family, _) in enumerate(LATENCY_FAMILIES):
-            values, owners, mult = fams[family]
-            cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
+    large = []
+    for f, (family, _) in enumerate(LATENCY_FAMILIES):
+        values, owners, mult = fams[family]
+        cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
+        if values.size >= EXACT_BELOW_VALUES:
+            large.append(f)
+            continue
+        for c0 in range(0, counts.shape[0], step):
+            rows = counts[c0 : c0 + step]
             out[c0 : c0 + step, cols] = weighted_percentiles_batch(values, rows[:, owners] * mult, QUANTILES)
+    if not large:
+        return out
+    # One product gives every large family's replicate totals and weights below its windows.
+    cached = arm.cache.get(("window_weights", key, tuple(large)))
+    if not isinstance(cached, tuple):
+        wins = {f: _windows(arm, ("quantile_windows", key, f), *fams[LATENCY_FAMILIES[f][0]]) for f in large}
+        columns = []
+        for f in large:
+            _, owners, mult = fams[LATENCY_FAMILIES[f][0]]
+            columns += [np.bincount(owners, weights=mult, minlength=arm.n), *(w.below for w in wins[f])]
+        cached = (wins, np.column_stack(columns))
+        arm.cache[("window_weights", key, tuple(large))] = cached
+    wins, weights = cached
+    dots = np.rint(counts @ weights).astype(np.int64)
+    per = 1 + len(QUANTILES)
+    for j, f in enumerate(large):
+        values, owners, mult = fams[LATENCY_FAMILIES[f][0]]
+        cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
+        totals, belows = dots[:, j * per], dots[:, j * per + 1 : (j + 1) * per]
+        out[:, cols] = _windowed_percentiles(values, owners, mult, counts, totals, belows, wins[f])
     return out
 
 
@@ -194,24 +303,39 @@ def slot_bootstrap(
     Inside every round the slots any arm served are redrawn with replacement, the same draws for all
     ``arms``; a slot an arm lost (failed request) is skipped in that arm. One arm: the request bootstrap.
     """
-    flat: list[list[np.ndarray]] = [[] for _ in arms]
+    counts = [np.zeros((resamples, arm.n), dtype=np.int64) for arm in arms]
     for r in rounds:
         slots: np.ndarray = np.empty(0, dtype=np.int64)
         for arm in arms:
             slots = np.union1d(slots, arm.slots[arm.rounds == r])
         if slots.size == 0:
             continue
-        size = int(slots.max()) + 1
-        drawn = slots[rng.integers(0, slots.size, (resamples, slots.size))]
-        row_base = np.arange(resamples)[:, None]
-        for i, arm in enumerate(arms):
-            pos = arm.slot_lookup(r, size)[drawn]
-            flat[i].append((row_base * arm.n + pos)[pos >= 0])
-    counts = []
-    for arm, parts in zip(arms, flat, strict=True):
-        idx = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        counts.append(np.bincount(idx, minlength=resamples * arm.n).reshape(resamples, arm.n))
+        drawn = rng.integers(0, slots.size, (resamples, slots.size))
+        # How often each slot was drawn, once for all arms; each arm's requests take their slot's count.
+        drawn += np.arange(resamples)[:, None] * slots.size
+        per_slot = np.bincount(drawn.ravel(), minlength=resamples * slots.size).reshape(resamples, slots.size)
+        del drawn
+        for arm, c in zip(arms, counts, strict=True):
+            mine = np.flatnonzero(arm.rounds == r)
+            c[:, mine] = per_slot[:, np.searchsorted(slots, arm.slots[mine])]
     return counts
+
+
+BOOTSTRAP_CHUNK_ELEMENTS = 32_000_000
+"""Draw counts held at once per arm (rows x requests): a million-request arm is bootstrapped 32 replicates at
+a time, a run of up to 32,000 requests in one go (then the draws are exactly those of one call)."""
+
+
+def slot_bootstrap_chunks(
+    arms: Sequence[ArmSamples], rounds: Sequence[int], resamples: int, rng: np.random.Generator
+) -> Iterator[list[np.ndarray]]:
+    """``slot_bootstrap`` in chunks of replicates, so memory is bounded whatever the number of requests."""
+    rows = max(1, BOOTSTRAP_CHUNK_ELEMENTS // max(1, max((a.n for a in arms), default=1)))
+    done = 0
+    while done < resamples:
+        k = min(rows, resamples - done)
+        yield slot_bootstrap(arms, rounds, k, rng)
+        done += k
 
 
 def log_se(boot: np.ndarray) -> np.ndarray:
@@ -239,8 +363,9 @@ def point_values(arm: ArmSamples, rounds: Sequence[int] | None = None) -> np.nda
 def arm_log_se(arm: ArmSamples, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """Within-engine standard error of log(metric) of one arm (bootstrap for quantiles, batch means for
     rates): what the nightly gate compares one night with its history by."""
-    (counts,) = slot_bootstrap([arm], arm.round_ids(), resamples, rng)
-    q = log_se(_log(quantile_values(arm, counts)))
+    chunks = slot_bootstrap_chunks([arm], arm.round_ids(), resamples, rng)
+    parts = [quantile_values(arm, counts) for (counts,) in chunks]
+    q = log_se(_log(np.vstack(parts)) if parts else np.empty((0, N_QUANTILE)))
     return np.concatenate([q, rate_log_se(arm)])
 
 
@@ -272,13 +397,18 @@ def paired_estimates(
     rounds), so the mean's within-engine variance is sum_k s_k^2 / K^2.
     """
     shared = [r for p in pairs for r in p]
-    ca, cb = slot_bootstrap([a, b], shared, resamples, rng)
-    # Row 0: every request once (the estimate itself); rows 1..: the replicates.
-    ca = np.vstack([np.ones((1, a.n), dtype=np.int64), ca])
-    cb = np.vstack([np.ones((1, b.n), dtype=np.int64), cb])
+
+    def log_ratios(ca: np.ndarray, cb: np.ndarray) -> list[np.ndarray]:
+        return [_log(quantile_values(b, cb, rounds)) - _log(quantile_values(a, ca, rounds)) for rounds in pairs]
+
+    # Row 0: every request once (the estimate itself); then the replicates, a chunk at a time.
+    per_pair = [[x] for x in log_ratios(np.ones((1, a.n), dtype=np.int64), np.ones((1, b.n), dtype=np.int64))]
+    for ca, cb in slot_bootstrap_chunks([a, b], shared, resamples, rng):
+        for acc, x in zip(per_pair, log_ratios(ca, cb), strict=True):
+            acc.append(x)
     lrs, ses = [], []
-    for rounds in pairs:
-        lq_all = _log(quantile_values(b, cb, rounds)) - _log(quantile_values(a, ca, rounds))
+    for rounds, parts in zip(pairs, per_pair, strict=True):
+        lq_all = np.vstack(parts)
         lq, se_q = lq_all[0], log_se(lq_all[1:])
         lr_rate, se_rate = paired_rate_log_ratio(a, b, rounds)
         lrs.append(np.concatenate([lq, lr_rate]))

@@ -25,6 +25,7 @@ import numpy as np
 from analysis.samples import ArmSamples, from_arrays
 from moe_opt.flags import OptimizationFlags
 from result_format.run_result import ArmResult, RunResult, ScheduleInfo
+from workloads.record_columns import NO_INT, RecordColumns
 from workloads.records import RequestRecord
 
 
@@ -182,6 +183,50 @@ def timed_records(
             )
         )
     return out
+
+
+def timed_columns(
+    arm: str,
+    rnd: int,
+    send: np.ndarray,
+    ttft: np.ndarray,
+    tpot: np.ndarray,
+    output_tokens: np.ndarray,
+    level: int | None = None,
+    warmup: int = 0,
+) -> RecordColumns:
+    """``timed_records`` as columns, built without one object per request: what a million-request arm takes."""
+    n = send.size
+    counts = output_tokens.astype(np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    owner = np.repeat(np.arange(n), counts)
+    step = np.arange(int(offsets[-1])) - offsets[owner]
+    first = send + ttft
+    times = first[owner] + step * tpot[owner]
+    ints = np.arange(n, dtype=np.int64)
+    cols: dict[str, object] = {
+        "index": ints,
+        "round": np.full(n, rnd),
+        "client": np.zeros(n, dtype=np.int64),
+        "level": np.full(n, NO_INT if level is None else level),
+        "prompt_tokens_requested": np.full(n, 64),
+        "output_tokens_requested": counts,
+        "prompt_tokens": np.full(n, 64),
+        "output_tokens": counts,
+        "http_status": np.full(n, NO_INT),
+        "intended_send_s": send,
+        "actual_send_s": send,
+        "cap_wait_s": np.zeros(n),
+        "first_token_s": first,
+        "end_s": times[offsets[1:] - 1],
+        "warmup": ints < warmup,
+        "tokens_exact": np.ones(n, dtype=bool),
+        "arm": [arm] * n,
+        "error_kind": [None] * n,
+        "error": [None] * n,
+    }
+    return RecordColumns.from_arrays(cols, times, offsets)
 
 
 @dataclass(frozen=True)

@@ -109,17 +109,21 @@ class RecordJournal:
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
 
     def append(self, records: Sequence[RequestRecord]) -> None:
-        if not records:
+        if records:
+            self.append_columns(RecordColumns.from_records(records))
+
+    def append_columns(self, cols: RecordColumns) -> None:
+        if not len(cols):
             return
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("xb")  # one journal per arm: never append a second stream to one
             self._writer = pa.ipc.new_stream(self._file, SCHEMA)
         assert self._file is not None
-        for batch in to_arrow(RecordColumns.from_records(records)).to_batches():
+        for batch in to_arrow(cols).to_batches():
             self._writer.write_batch(batch)
         self._file.flush()
-        self.rows += len(records)
+        self.rows += len(cols)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -1,0 +1,59 @@
+"""The bootstrap's windowed quantiles (what a production-length run's tokens take) equal the exact ones, on every
+replicate, whether a replicate's quantile falls inside its window or outside it (then the exact path)."""
+
+import numpy as np
+import pytest
+
+import analysis.stats as st
+from analysis.samples import ArmSamples, from_arrays
+
+
+def _arm(n: int, seed: int) -> ArmSamples:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, 40, n)
+    arm = from_arrays(
+        "a", rng.lognormal(-3, 0.3, n), rng.lognormal(-4.5, 0.3, n), tokens, np.sort(rng.uniform(0, 100, n)),
+        rounds=rng.integers(0, 2, n),
+    )  # fmt: skip
+    # Gaps that vary inside a request, so the ITL family holds one value per token, as real ones do.
+    jitter = rng.lognormal(0, 0.2, arm.itl_flat_s.size)
+    return ArmSamples(**{**{k: getattr(arm, k) for k in ArmSamples.__dataclass_fields__ if k not in ("_families",
+                                                                                                    "cache")},
+                         "itl_flat_s": arm.itl_flat_s * jitter})  # fmt: skip
+
+
+def _both(
+    monkeypatch: pytest.MonkeyPatch, arm: ArmSamples, counts: np.ndarray, rounds: list[int] | None, sigmas: float
+):
+    monkeypatch.setattr(st, "EXACT_BELOW_VALUES", 10**12)
+    exact = st.quantile_values(arm, counts, rounds)
+    monkeypatch.setattr(st, "EXACT_BELOW_VALUES", 0)
+    monkeypatch.setattr(st, "WINDOW_SIGMAS", sigmas)
+    arm.cache.clear()
+    return exact, st.quantile_values(arm, counts, rounds)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 4000])
+@pytest.mark.parametrize("sigmas", [5.0, 0.05], ids=["windows", "mostly-outside"])
+@pytest.mark.parametrize("rounds", [None, [1]], ids=["all-rounds", "one-round"])
+def test_windowed_quantiles_are_the_exact_ones(monkeypatch, n, sigmas, rounds):
+    arm = _arm(n, seed=n)
+    (counts,) = st.slot_bootstrap([arm], [0, 1], 150, np.random.default_rng(n))
+    counts = np.vstack([np.ones((1, n), dtype=np.int64), counts, np.zeros((1, n), dtype=np.int64)])
+    exact, windowed = _both(monkeypatch, arm, counts, rounds, sigmas)
+    assert np.array_equal(exact, windowed, equal_nan=True)
+    assert np.isnan(windowed[-1]).all()  # a replicate that drew nothing has no quantile
+
+
+def test_chunked_bootstrap_draws_what_one_call_draws_when_one_chunk_holds_it(monkeypatch):
+    arm = _arm(300, seed=3)
+    (whole,) = st.slot_bootstrap([arm], [0, 1], 40, np.random.default_rng(9))
+    (chunk,) = next(st.slot_bootstrap_chunks([arm], [0, 1], 40, np.random.default_rng(9)))
+    assert np.array_equal(whole, chunk)
+    monkeypatch.setattr(st, "BOOTSTRAP_CHUNK_ELEMENTS", 300 * 7)  # 7 replicates at a time: bounded memory
+    parts = [c for (c,) in st.slot_bootstrap_chunks([arm], [0, 1], 40, np.random.default_rng(9))]
+    assert [p.shape[0] for p in parts] == [7, 7, 7, 7, 7, 5]
+    stacked = np.vstack(parts)
+    for rnd in (0, 1):  # every replicate redraws each round's slots: each round's counts sum to its size
+        mine = arm.rounds == rnd
+        assert (stacked[:, mine].sum(axis=1) == mine.sum()).all()
