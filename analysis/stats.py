@@ -321,9 +321,10 @@ def slot_bootstrap(
     return counts
 
 
-BOOTSTRAP_CHUNK_ELEMENTS = 32_000_000
-"""Draw counts held at once per arm (rows x requests): a million-request arm is bootstrapped 32 replicates at
-a time, a run of up to 32,000 requests in one go (then the draws are exactly those of one call)."""
+BOOTSTRAP_CHUNK_ELEMENTS = 8_000_000
+"""Draw counts held at once per arm (rows x requests; each chunk also holds a few temporaries of that size): a
+million-request arm is bootstrapped 8 replicates at a time, a run of up to 8,000 requests per arm in one go
+(then the draws are exactly those of one call)."""
 
 
 def slot_bootstrap_chunks(

@@ -22,6 +22,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc
 import pyarrow.parquet as pq
 
 from workloads.record_columns import NO_INT, RecordColumns
@@ -180,7 +182,7 @@ def seal(journal: Path, sort: bool = True) -> SealedRecords:
     batches, torn = journal_batches(journal) if journal.exists() else ([], False)
     table = pa.Table.from_batches(batches, schema=SCHEMA) if batches else SCHEMA.empty_table()
     if sort and table.num_rows:
-        level_key = pa.compute.fill_null(table.column("level"), -1)
+        level_key = pc.fill_null(table.column("level"), -1)
         order = np.lexsort((table.column("index").to_numpy(), level_key.to_numpy(), table.column("round").to_numpy()))
         table = table.take(pa.array(order))
     target.parent.mkdir(parents=True, exist_ok=True)
