@@ -250,6 +250,10 @@ def _default_workload() -> WorkloadSpec:
     )
 
 
+DEFAULT_ENGINE: dict[str, Any] = {"enforce_eager": True, "cache_state": "cold_per_arm"}
+"""What an experiment's engine is unless its file says otherwise (a quick, reproducible CPU run)."""
+
+
 class ExperimentConfig(FrozenStrictModel):
     schema_version: Literal[1] = Field(1, description="Version of this file's format.")
     name: str = Field("quick-cpu", description="Experiment name; prefixes the run id.")
@@ -263,7 +267,9 @@ class ExperimentConfig(FrozenStrictModel):
     )
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model every arm serves.")
     engine: EngineSpec = Field(
-        default_factory=lambda: EngineSpec(enforce_eager=True, cache_state="cold_per_arm"), description="vLLM engines."
+        default_factory=lambda: EngineSpec(**DEFAULT_ENGINE),
+        description="vLLM engines. A partial section (or --set engine.X=...) keeps the experiment defaults it does "
+        "not set: enforce_eager true and cache_state cold_per_arm.",
     )
     client: ClientSpec = Field(default_factory=ClientSpec, description="The load generator.")
     arms: list[ArmSpec] = Field(default_factory=_default_arms, min_length=1, description="The arms to compare.")
@@ -289,6 +295,20 @@ class ExperimentConfig(FrozenStrictModel):
     simulate: SimulationSpec = Field(
         default_factory=SimulationSpec, description="Simulated-cluster test setting (see SimulationSpec)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, data: Any) -> Any:
+        """A partial ``engine:`` is laid over the experiment's default engine, not over EngineSpec's field
+        defaults (vLLM's own): ``--set engine.api_key_env=K`` must not also turn on torch.compile and a warm-up
+        pass. The legacy ``fresh_triton_cache`` stands for cache_state."""
+        if isinstance(data, dict) and isinstance(data.get("engine"), dict):
+            engine = dict(data["engine"])
+            engine.setdefault("enforce_eager", DEFAULT_ENGINE["enforce_eager"])
+            if "cache_state" not in engine and "fresh_triton_cache" not in engine:
+                engine["cache_state"] = DEFAULT_ENGINE["cache_state"]
+            data = {**data, "engine": engine}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentConfig:

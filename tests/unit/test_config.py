@@ -108,3 +108,17 @@ def test_arm_enforce_eager_overrides_the_engine_and_a_control_inherits_it():
     assert [cfg.arm_enforce_eager(a) for a in cfg.arms] == [True, False, False]
     with pytest.raises(ConfigError, match=r"arms\.1\.enforce_eager: an A/A control must run like 'warm'"):
         parse_experiment({"arms": [warm, {"name": "aa", "control_of": "warm", "enforce_eager": True}]}, "x.yaml")
+
+
+def test_a_partial_engine_section_keeps_the_experiment_defaults_it_does_not_set():
+    """``--set engine.api_key_env=K`` (or ``engine: {tensor_parallel_size: 2}``) must not also switch the engines to
+    torch.compile and a warm-up pass: the section is laid over the experiment's default engine."""
+    default = parse_experiment({}).engine
+    partial = parse_experiment({"engine": {"api_key_env": "K"}}).engine
+    assert (partial.enforce_eager, partial.cache_state) == (default.enforce_eager, default.cache_state)
+    assert (default.enforce_eager, default.cache_state) == (True, "cold_per_arm")
+    assert partial.api_key_env == "K"
+    chosen = parse_experiment({"engine": {"enforce_eager": False, "cache_state": "shared_warm"}}).engine
+    assert (chosen.enforce_eager, chosen.cache_state) == (False, "shared_warm")
+    legacy = parse_experiment({"engine": {"fresh_triton_cache": False}}).engine
+    assert legacy.cache_state == "as_found"

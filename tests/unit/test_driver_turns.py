@@ -15,7 +15,12 @@ ARMS = [
 
 def cfg(cache_state="shared_warm", placement="interleaved", rounds=2, arms=ARMS):
     return parse_experiment(
-        {"engine": {"cache_state": cache_state}, "placement": placement, "rounds": rounds, "arms": arms}
+        {
+            "engine": {"cache_state": cache_state, "enforce_eager": False},
+            "placement": placement,
+            "rounds": rounds,
+            "arms": arms,
+        }  # fmt: skip
     )
 
 
@@ -74,7 +79,7 @@ def driver_of(tmp_path, **kw):
 def test_every_engine_of_a_shared_warm_run_gets_the_runs_one_cache_and_each_setting_a_warm_up_runner(tmp_path):
     d = driver_of(
         tmp_path,
-        engine={"cache_state": "shared_warm"},
+        engine={"cache_state": "shared_warm", "enforce_eager": False},
         arms=ARMS,
         chaos={"kill_engine_after_records": {"baseline": 1}},
     )
