@@ -159,30 +159,7 @@ def timed_records(
 ) -> list[RequestRecord]:
     """One round's records (64-token prompts, sent on time) from per-request send time, TTFT, TPOT and output
     length, tokens evenly spaced; the first ``warmup`` of them are the level's warm-up share."""
-    out = []
-    for i in range(send.size):
-        n_out = int(output_tokens[i])
-        first = float(send[i] + ttft[i])
-        times = [first + k * float(tpot[i]) for k in range(n_out)]
-        out.append(
-            RequestRecord(
-                index=i,
-                arm=arm,
-                round=rnd,
-                level=level,
-                warmup=i < warmup,
-                intended_send_s=float(send[i]),
-                actual_send_s=float(send[i]),
-                first_token_s=first,
-                token_times_s=times,
-                end_s=times[-1],
-                prompt_tokens_requested=64,
-                output_tokens_requested=n_out,
-                prompt_tokens=64,
-                output_tokens=n_out,
-            )
-        )
-    return out
+    return timed_columns(arm, rnd, send, ttft, tpot, output_tokens, level, warmup).to_records()
 
 
 def timed_columns(

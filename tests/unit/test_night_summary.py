@@ -11,27 +11,13 @@ from analysis import stats
 from analysis.gate import gate_night
 from analysis.history import add_to_history, history_file_name, load_history
 from analysis.night_summary import SERIES_CAP, SUMMARY_SUFFIX, NightSummary, gated_view, summarise_night
-from analysis.nightly import NightlyPolicy, judge_night
+from analysis.nightly import judge_night
 from analysis.steady_state import judged_arms
 from analysis.synthetic import SyntheticArm, synthetic_run
-from analysis.synthetic_sweep import SweepArmTruth, SweepLevelTruth, synthetic_sweep_run
+from analysis.synthetic_sweep import SweepArmTruth, synthetic_sweep_run
 from result_format.records_store import RecordJournal, seal
 from result_format.run_result import RunResult, load_run
-
-POLICY = NightlyPolicy(
-    bootstrap_resamples=60,
-    baseline_nights=5,
-    min_history_nights=3,
-    consecutive_nights=2,
-    metrics=["tpot_s_p50", "ttft_s_p50", "output_tokens_per_s"],
-)
-LEVELS = (
-    SweepLevelTruth(1, 2.0, 0.010),
-    SweepLevelTruth(2, 4.0, 0.014, ttft_miss_share=0.02),
-    SweepLevelTruth(4, 8.0, 0.020, ttft_miss_share=0.08),
-    SweepLevelTruth(8, 16.0, 0.028, ttft_miss_share=0.3),
-)
-LOW_CAPACITY = (LEVELS[0], LEVELS[1], SweepLevelTruth(4, 8.0, 0.020, ttft_miss_share=0.18), LEVELS[3])
+from tests.unit.test_sweep_nightly import LEVELS, LOW_CAPACITY, POLICY  # the same nights as the gate tests
 
 
 def night(day: int, tpot_scale: float = 1.0, n: int = 300, status: str = "ok") -> RunResult:
