@@ -12,7 +12,7 @@ convert at the edges (old result files, tests, the live metrics), never inside t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -170,10 +170,6 @@ class RecordColumns:
         flat, offsets = gather_csr(self.token_times_s, self.token_offsets, idx)
         return RecordColumns(**cols, token_times_s=flat, token_offsets=offsets)
 
-    def sorted(self) -> RecordColumns:
-        """In (round, level, index) order, the order a result file keeps them."""
-        return self.select(np.lexsort((self.index, self.level, self.round)))
-
     @property
     def measured(self) -> RecordColumns:
         """Without the sweep levels' warm-up shares: the requests every statistic is about."""
@@ -247,7 +243,3 @@ class RecordColumns:
 def as_columns(records: RecordColumns | Iterable[RequestRecord]) -> RecordColumns:
     """Columns as they are, or built from records (tests and old callers hand lists of ``RequestRecord``)."""
     return records if isinstance(records, RecordColumns) else RecordColumns.from_records(records)
-
-
-def column_names() -> list[str]:
-    return [f.name for f in fields(RecordColumns) if not f.name.startswith("_")]

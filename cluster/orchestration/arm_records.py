@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from experiment.slo import SloSpec
 from result_format.records_store import (
     JOURNAL_SUFFIX,
@@ -37,7 +39,6 @@ class ArmRecords:
         self.journal = RecordJournal(records_dir / f"{name}{JOURNAL_SUFFIX}")
         self.path = records_dir / f"{name}{PARQUET_SUFFIX}"
         self.kept = 0
-        self.succeeded = 0
         self.timeouts_by_round: Counter[int] = Counter()
         self._sealed: tuple[SealedRecords, RecordColumns] | None = None
 
@@ -47,7 +48,6 @@ class ArmRecords:
             raise OSError(f"{self.path.name} is sealed: the arm's result was already built")
         self.journal.append(batch)
         self.kept += len(batch)
-        self.succeeded += sum(1 for r in batch if r.ok)
         self.timeouts_by_round.update(r.round for r in batch if r.error_kind == "timeout")
 
     def seal(self) -> tuple[SealedRecords, RecordColumns]:
@@ -85,7 +85,7 @@ class RecordsOutcome:
     def of(
         cls, sealed: SealedRecords, cols: RecordColumns, run_dir: Path, slo: SloSpec, max_lag_ms: float
     ) -> RecordsOutcome:
-        sent = int((cols.actual_send_s == cols.actual_send_s).sum())  # not NaN: it was sent
+        sent = int((~np.isnan(cols.actual_send_s)).sum())
         ok = int(cols.ok.sum())
         return cls(
             sent=sent,
