@@ -300,7 +300,7 @@ class _Cell:
         keep = np.flatnonzero(np.isin(self.rounds, rounds) if rounds is not None else np.ones(len(self.records), bool))
         span = 0.0
         for rnd in np.unique(self.rounds[keep]):
-            start, end = round_window(self.records.select(keep[self.rounds[keep] == rnd]))
+            start, end = round_window(self.records, keep[self.rounds[keep] == rnd])
             span += max(end - start, 0.0)
         counts, tpot = self.counts[:, keep], self.tpot_s[keep]
         drawn = counts.sum(axis=1)

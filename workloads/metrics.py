@@ -175,13 +175,17 @@ def token_events(records: RecordColumns) -> tuple[np.ndarray, np.ndarray, np.nda
     return times, weights, offsets
 
 
-def round_window(records: RecordColumns | Sequence[RequestRecord]) -> tuple[float, float]:
-    """A round's measured window: its first intended send (of any request) to its last successful end."""
+def round_window(
+    records: RecordColumns | Sequence[RequestRecord], which: np.ndarray | None = None
+) -> tuple[float, float]:
+    """A round's measured window: its first intended send (of any request) to its last successful end.
+    ``which``: the rows (mask or indices) of ``records`` that are the round; None: all of them."""
     cols = as_columns(records)
-    ends = cols.end_s[cols.ok]
-    if not len(cols) or not ends.size:
+    sent = cols.intended_send_s if which is None else cols.intended_send_s[which]
+    ends = cols.end_s[cols.ok] if which is None else cols.end_s[which][cols.ok[which]]
+    if not sent.size or not ends.size:
         return (0.0, 0.0)
-    return (float(cols.intended_send_s.min()), float(ends.max()))
+    return (float(sent.min()), float(ends.max()))
 
 
 def replay_keys(records: RecordColumns) -> np.ndarray:
@@ -201,7 +205,7 @@ def arm_rates(
     spans, tok_b, req_b, good_b = [], [], [], []
     for key in np.unique(keys):
         mine = keys == key
-        start, end = round_window(cols.select(mine))
+        start, end = round_window(cols, mine)
         ok = mine & cols.ok
         ends = cols.end_s[ok]
         ev = ok[event_owner]
