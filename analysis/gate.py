@@ -25,11 +25,9 @@ def _copy_for(result: RunResult, out_dir: Path) -> RunResult:
     (``load_run`` of the copy then still finds them; the run folder's own file is left as the driver wrote it)."""
     arms = []
     for arm in result.arms:
-        source = arm._records_source
+        source = arm.records_source
         if source is not None and (out_dir / arm.records_file).resolve() != source.resolve():
-            copy = arm.model_copy(update={"records_file": str(source.resolve())})
-            copy._records_source = source
-            arm = copy
+            arm = arm.relocated(str(source.resolve()))
         arms.append(arm)
     return result.model_copy(update={"arms": arms})
 

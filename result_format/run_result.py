@@ -232,6 +232,18 @@ class ArmResult(_Model):
             out._records_source = None
         return out
 
+    @property
+    def records_source(self) -> Path | None:
+        """Where ``columns`` reads the records from (set by ``load_run``); None: inline, or already in memory."""
+        return self._records_source
+
+    def relocated(self, records_file: str) -> ArmResult:
+        """A copy naming its records file otherwise (a copy of result.json written in another folder), still
+        reading the records from where they are."""
+        out = super().model_copy(update={"records_file": records_file})
+        out._records_source = self._records_source
+        return out
+
     def with_columns(self, columns: RecordColumns, **update: Any) -> ArmResult:
         """A copy of this arm holding ``columns`` as its records (a view of one level, a part of a run)."""
         out = self.model_copy(update={"records": [], "records_count": len(columns), **update})
