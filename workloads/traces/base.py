@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TextIO
 
 from workloads.schedule import TraceRow
 
@@ -38,6 +40,19 @@ class LoadedTrace:
 
 def count_skip(skipped: dict[str, int], reason: str) -> None:
     skipped[reason] = skipped.get(reason, 0) + 1
+
+
+def json_lines(path: Path, f: TextIO, skipped: dict[str, int]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of every non-blank line of a JSON Lines file; blank lines are counted as
+    skipped, a line that is not JSON names its line."""
+    for line, text in enumerate(f, start=1):
+        if not text.strip():
+            count_skip(skipped, "blank line")
+            continue
+        try:
+            yield line, json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, f"not JSON: {e.msg}", line=line) from None
 
 
 def resolve_trace_path(path: Path, base_dir: Path | None) -> Path:

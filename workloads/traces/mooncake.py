@@ -7,7 +7,6 @@ exactly the tokens the trace says they share, and the prefix cache sees the real
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +20,7 @@ from workloads.traces.base import (
     TraceFormatError,
     check_order,
     collect,
-    count_skip,
+    json_lines,
     limited_rows,
     resolve_trace_path,
 )
@@ -70,14 +69,7 @@ def _rows(path: Path, spec: MooncakeTraceSpec, skipped: dict[str, int]) -> Itera
     # Order is checked on the file's own times, before they are made relative to the first row.
     prev_s: float | None = None
     with path.open() as f:
-        for line, text in enumerate(f, start=1):
-            if not text.strip():
-                count_skip(skipped, "blank line")
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(path, f"not JSON: {e.msg}", line=line) from None
+        for line, obj in json_lines(path, f, skipped):
             if not isinstance(obj, dict):
                 raise TraceFormatError(path, "each line must be a JSON object", line=line)
             ts_ms = _field(path, line, obj, "timestamp", int)

@@ -33,6 +33,7 @@ from workloads.traces.base import (
     TraceFormatError,
     collect,
     count_skip,
+    json_lines,
     limited_rows,
     resolve_trace_path,
 )
@@ -202,17 +203,8 @@ def _entries(path: Path, skipped: dict[str, int]) -> Iterator[tuple[int, Any, in
 
 
 def _jsonl_entries(path: Path, f: TextIO, skipped: dict[str, int]) -> Iterator[tuple[int, Any, int | None]]:
-    i = 0
-    for line, text in enumerate(f, start=1):
-        if not text.strip():
-            count_skip(skipped, "blank line")
-            continue
-        try:
-            conv = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, f"not JSON: {e.msg}", line=line) from None
+    for i, (line, conv) in enumerate(json_lines(path, f, skipped)):
         yield i, conv, line
-        i += 1
 
 
 def iter_sharegpt(spec: ShareGptTraceSpec, base_dir: Path | None, skipped: dict[str, int]) -> Iterator[TraceRow]:
