@@ -78,7 +78,6 @@ class RecordsOutcome:
     """What an arm's result says of its records: counts, summaries and where they are."""
 
     sent: int
-    succeeded: int
     fields: dict[str, Any]
 
     @classmethod
@@ -89,7 +88,6 @@ class RecordsOutcome:
         ok = int(cols.ok.sum())
         return cls(
             sent=sent,
-            succeeded=ok,
             fields={
                 "requests_sent": sent,
                 "requests_succeeded": ok,
