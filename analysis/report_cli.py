@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         formats = [f.strip() for f in ns.format.split(",") if f.strip()]
         out = Path(ns.out) if ns.out else (run if run.is_dir() else run.parent)
         _, written = write_report(result, out, formats or list(FORMATS), settings)
-    except (ValidationError, ValueError, KeyError) as e:
+    except (ValidationError, ValueError, KeyError, OSError) as e:  # OSError: a records file gone or unreadable
         print(f"moeperf report: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
     md = out / "report.md"

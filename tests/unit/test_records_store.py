@@ -165,3 +165,27 @@ def test_a_schema_3_result_reads_its_records_from_its_folder_and_only_there(tmp_
     bare = RunResult.model_validate_json((tmp_path / "result.json").read_text())
     with pytest.raises(RecordsNotLoadedError, match="load_run"):
         _ = bare.arms[0].columns
+
+
+def test_report_of_a_run_whose_records_file_is_gone_or_changed_exits_2_naming_it(tmp_path, capsys):
+    from analysis.report_cli import main as report_main
+
+    old = RunResult.model_validate_json(OLD_RESULT.read_text())
+    arms = []
+    for a in old.arms:
+        journal = RecordJournal(tmp_path / "records" / f"{a.name}.arrows")
+        journal.append(a.records)
+        journal.close()
+        sealed = seal(journal.path)
+        arms.append(a.model_copy(update={"records": [], "records_file": f"records/{a.name}.parquet",
+                                         "records_count": sealed.rows, "records_sha256": sealed.sha256}))  # fmt: skip
+    (tmp_path / "result.json").write_text(old.model_copy(update={"arms": arms, "schema_version": 3}).model_dump_json())
+    first = tmp_path / arms[0].records_file
+    with first.open("ab") as f:
+        f.write(b"x")
+    assert report_main([str(tmp_path), "--bootstrap", "50", "--quiet"]) == 2
+    assert "SHA-256" in capsys.readouterr().err
+    first.unlink()
+    assert report_main([str(tmp_path), "--bootstrap", "50", "--quiet"]) == 2
+    assert arms[0].records_file.split("/")[-1] in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()  # nothing half-written
