@@ -19,6 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
+from analysis.quantile_windows import Family, merge_runs
 from experiment.slo import SloSpec, slo_met
 from result_format.run_result import ArmResult
 from workloads.metrics import token_events
@@ -26,35 +27,7 @@ from workloads.record_columns import NO_INT, RecordColumns, as_columns
 from workloads.records import RequestRecord
 
 FloatArray = np.ndarray
-Family = tuple[FloatArray, np.ndarray, np.ndarray]
-"""(finite values ascending, the request owning each, how many equal values of that request it stands for)."""
 FAMILIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
-
-
-def _by_owner_then_value(values: np.ndarray, owners: np.ndarray) -> np.ndarray:
-    """The order sorting by owner, then value: an unstable float sort, then a stable (radix) integer sort;
-    several times faster than ``np.lexsort`` on the tens of millions of inter-token gaps of a long run."""
-    order = np.argsort(values)
-    return order[np.argsort(owners[order], kind="stable")]
-
-
-def _merge_runs(values: FloatArray, owners: np.ndarray, per_request: bool) -> Family:
-    """Sorted by (value, owner), equal neighbours of one request merged into one weighted entry: a request
-    whose tokens came at a steady pace costs one entry instead of one per token. ``per_request``: one
-    value per request, nothing to merge."""
-    if per_request:
-        order = np.argsort(values, kind="stable")
-        return values[order], owners[order], np.ones(order.size, dtype=np.int64)
-    # Equal values are interchangeable in a percentile, so any sort by value serves; equal neighbours of one
-    # request are merged where the sort put them side by side (a steady request's tokens, typically).
-    order = np.argsort(values)
-    v, o = values[order], owners[order]
-    if v.size == 0:
-        return v, o, np.empty(0, dtype=np.int64)
-    new = np.concatenate(([True], (v[1:] != v[:-1]) | (o[1:] != o[:-1])))
-    starts = np.flatnonzero(new)
-    mult = np.diff(np.concatenate((starts, [v.size])))
-    return v[starts], o[starts], mult.astype(np.int64)
 
 
 def arm_control_of(arm: ArmResult) -> str | None:
@@ -100,35 +73,59 @@ class ArmSamples:
         shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
         return self.itl_flat_s[np.arange(total) + shift]
 
-    def families(self, rounds: tuple[int, ...] | None = None) -> dict[str, Family]:
-        """Per latency family, the values of the requests of ``rounds`` (None: all), sorted (cached).
+    def _in_rounds(self, rounds: tuple[int, ...] | None) -> np.ndarray | None:
+        return None if rounds is None else np.isin(self.rounds, rounds)
+
+    def family_size(self, family: str, rounds: tuple[int, ...] | None = None) -> int:
+        """Finite values of a latency family over the requests of ``rounds`` (None: all)."""
+        key = ("family_size", family, rounds)
+        cached = self.cache.get(key)
+        if isinstance(cached, int):
+            return cached
+        mine = self._in_rounds(rounds)
+        if family == "itl_s":
+            lengths = np.diff(self.itl_offsets)
+            size = int(lengths.sum() if mine is None else lengths[mine].sum())
+        else:
+            finite = ~np.isnan(getattr(self, family))
+            size = int(np.count_nonzero(finite if mine is None else finite & mine))
+        self.cache[key] = size
+        return size
+
+    def raw_family(self, family: str, rounds: tuple[int, ...] | None = None) -> tuple[FloatArray, np.ndarray]:
+        """(the finite values of a latency family over the requests of ``rounds``, unsorted; the request of
+        each). Built on every call, never kept: a long run's inter-token gaps are its largest array."""
+        mine = self._in_rounds(rounds)
+        if family == "itl_s":
+            lengths = np.diff(self.itl_offsets)
+            if mine is None:
+                values, owners = self.itl_flat_s, np.repeat(np.arange(self.n, dtype=np.int32), lengths)
+            else:
+                idx = np.flatnonzero(mine)
+                values = self.itl_of(idx)
+                owners = np.repeat(idx.astype(np.int32), lengths[idx])
+            keep = ~np.isnan(values)
+            return (values, owners) if keep.all() else (values[keep], owners[keep])
+        values = getattr(self, family)
+        keep = ~np.isnan(values) if mine is None else ~np.isnan(values) & mine
+        owners = np.flatnonzero(keep)
+        return values[owners], owners
+
+    def family(self, family: str, rounds: tuple[int, ...] | None = None) -> Family:
+        """A latency family over the requests of ``rounds`` (None: all), sorted and merged (cached).
 
         Resampling then only changes each request's weight (how often it was drawn), so a bootstrap
         replicate costs a gather and a cumulative sum instead of a sort.
         """
-        if rounds not in self._families and rounds is not None:
-            # A subset of the whole run's sorted families: filtering keeps them sorted and merged.
-            mine = np.isin(self.rounds, rounds)
-            whole = self.families(None)
-            sub: dict[str, Family] = {}
-            for family, (v, o, m) in whole.items():
-                keep = mine[o]
-                sub[family] = (v[keep], o[keep], m[keep])
-            self._families[rounds] = sub
-        if rounds not in self._families:
-            mine = np.ones(self.n, dtype=bool)
-            owners_itl = np.repeat(np.arange(self.n), np.diff(self.itl_offsets))
-            out: dict[str, Family] = {}
-            for family, values, owners in (
-                ("ttft_s", self.ttft_s, np.arange(self.n)),
-                ("tpot_s", self.tpot_s, np.arange(self.n)),
-                ("itl_s", self.itl_flat_s, owners_itl),
-                ("e2e_s", self.e2e_s, np.arange(self.n)),
-            ):
-                keep = ~np.isnan(values) & mine[owners]
-                out[family] = _merge_runs(values[keep], owners[keep], per_request=family != "itl_s")
-            self._families[rounds] = out
-        return self._families[rounds]
+        per_rounds = self._families.setdefault(rounds, {})
+        if family not in per_rounds:
+            values, owners = self.raw_family(family, rounds)
+            if family == "itl_s":
+                per_rounds[family] = merge_runs(values, owners.astype(np.int64))
+            else:  # one value per request, nothing to merge
+                order = np.argsort(values, kind="stable")
+                per_rounds[family] = (values[order], owners[order], np.ones(order.size, dtype=np.int64))
+        return per_rounds[family]
 
     def token_events_of(self, idx: np.ndarray) -> tuple[FloatArray, FloatArray]:
         """Token arrival times and weights of the requests ``idx``."""
@@ -142,18 +139,25 @@ class ArmSamples:
     @cached_property
     def token_owner(self) -> np.ndarray:
         """The request each entry of ``token_times_s`` belongs to."""
-        return np.repeat(np.arange(self.n), np.diff(self.token_offsets))
+        return np.repeat(np.arange(self.n, dtype=np.int32), np.diff(self.token_offsets))
 
     @cached_property
     def itl_median_per_request(self) -> FloatArray:
-        """Median inter-token latency of each request (NaN for requests with fewer than two tokens)."""
+        """Median inter-token latency of each request (NaN for requests with fewer than two tokens).
+
+        Requests of one length are one matrix, a median per row; no sort of every gap by request."""
         lengths = np.diff(self.itl_offsets)
-        owners = np.repeat(np.arange(self.n), lengths)
-        v = self.itl_flat_s[_by_owner_then_value(self.itl_flat_s, owners)]
         out = np.full(self.n, np.nan)
-        has = lengths > 0
-        start, length = self.itl_offsets[:-1][has], lengths[has]
-        out[has] = (v[start + (length - 1) // 2] + v[start + length // 2]) / 2
+        by_length = np.argsort(lengths, kind="stable")
+        edges = np.flatnonzero(np.diff(lengths[by_length])) + 1
+        for group in np.split(by_length, edges):
+            length = int(lengths[group[0]]) if group.size else 0
+            if length == 0:
+                continue
+            step = max(1, 4_000_000 // length)
+            for lo in range(0, group.size, step):
+                rows = group[lo : lo + step]
+                out[rows] = np.median(self.itl_flat_s[self.itl_offsets[rows][:, None] + np.arange(length)], axis=1)
         return out
 
     def slot_lookup(self, rnd: int, size: int) -> np.ndarray:

@@ -24,6 +24,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats as sps
 
+from analysis.quantile_windows import WindowedFamily, weighted_percentiles_batch, windowed_family, windowed_percentiles
+from analysis.resampling_units import Draws, draw_units, unit_layouts
 from analysis.samples import ArmSamples
 from workloads.metrics import RATE_BLOCKS, block_rates
 
@@ -61,154 +63,39 @@ def weighted_percentiles(sorted_values: np.ndarray, weights: np.ndarray, qs: Seq
     return [float(v) for v in weighted_percentiles_batch(sorted_values, np.asarray(weights)[None, :], qs)[0]]
 
 
-def weighted_percentiles_batch(sorted_values: np.ndarray, weights: np.ndarray, qs: Sequence[int]) -> np.ndarray:
-    """Row-wise ``weighted_percentiles``: integer weights (B, N) -> (B, len(qs)), NaN for an all-zero row."""
-    cw = np.cumsum(weights, axis=1, dtype=np.int64)
-    b, n = cw.shape
-    out = np.full((b, len(qs)), np.nan)
-    if n == 0:
-        return out
-    total = cw[:, -1]
-    live = total > 0
-    # Rows are non-decreasing: shifting row r by r * (max total + 1) makes the whole matrix one sorted
-    # array, so one searchsorted finds every row's positions (O(B log BN) instead of O(BN) per quantile).
-    shift = np.arange(b, dtype=np.int64) * (int(total.max()) + 1)
-    flat = (cw + shift[:, None]).ravel()
-    base = np.arange(b) * n
-    for i, q in enumerate(qs):
-        h = (total - 1) * q / 100.0
-        lo = np.floor(h).astype(np.int64)
-        hi = np.minimum(lo + 1, total - 1)
-        i_lo = np.minimum(np.searchsorted(flat, lo + shift, side="right") - base, n - 1)
-        i_hi = np.minimum(np.searchsorted(flat, hi + shift, side="right") - base, n - 1)
-        v_lo, v_hi = sorted_values[i_lo], sorted_values[i_hi]
-        out[live, i] = (v_lo + (h - lo) * (v_hi - v_lo))[live]
-    return out
-
-
 WINDOW_SIGMAS = 5.0
 """Half-width of a quantile's window, in standard deviations of the replicates' weight below it."""
 EXACT_BELOW_VALUES = 8_192
 """Families with fewer values than this take the exact path on every row (cheap there, and the reference)."""
 
 
-@dataclass(frozen=True)
-class _Window:
-    """Where one quantile of one family can fall in nearly every replicate: sorted positions [start, end),
-    and per request the weight (values x multiplicity) it has below ``start``."""
+def quantile_values(arm: ArmSamples, counts: np.ndarray | Draws, rounds: Sequence[int] | None = None) -> np.ndarray:
+    """Quantile metrics (METRICS order) of the requests of ``rounds`` (None: all), each request weighted by how
+    often a replicate drew it: per request (B, n), or per resampling unit (``Draws``) -> (B, N_QUANTILE).
 
-    start: int
-    end: int
-    below: np.ndarray  # (n,) float64
-
-
-def _windows(arm: ArmSamples, key: object, values: np.ndarray, owners: np.ndarray, mult: np.ndarray) -> list[_Window]:
-    """One window per quantile, from the estimate itself (every request once, cached per arm and family).
-
-    A replicate's weight below the estimate's quantile position is sum_i c_i a_i, the count c_i of
-    request i drawn; its target rank moves with q * sum_i c_i t_i. Their difference has a variance of
-    about sum_i (a_i - q t_i)^2 under the slot bootstrap (requests, not values, are the units), so the
-    replicates' quantile positions lie within a few of those standard deviations of the estimate's.
-    """
-    cached = arm.cache.get(key)
-    if isinstance(cached, list):
-        return cached
-    n = arm.n
-    cum = np.cumsum(mult, dtype=np.int64)
-    total = int(cum[-1])
-    per_request = np.bincount(owners, weights=mult, minlength=n)
-    out = []
-    for q in QUANTILES:
-        target = (total - 1) * q / 100.0
-        pos = int(np.searchsorted(cum, target, side="right"))
-        a = np.bincount(owners[:pos], weights=mult[:pos], minlength=n)
-        sigma = float(np.sqrt(np.sum((a - q / 100.0 * per_request) ** 2)))
-        lo_w, hi_w = target - WINDOW_SIGMAS * sigma - 2, target + WINDOW_SIGMAS * sigma + 2
-        start = max(0, int(np.searchsorted(cum, lo_w, side="left")) - 1)
-        end = max(start + 1, min(values.size, int(np.searchsorted(cum, hi_w, side="right")) + 2))
-        out.append(_Window(start, end, np.bincount(owners[:start], weights=mult[:start], minlength=n)))
-    arm.cache[key] = out
-    return out
-
-
-def _windowed_percentiles(
-    values: np.ndarray, owners: np.ndarray, mult: np.ndarray, counts: np.ndarray, totals: np.ndarray,
-    belows: np.ndarray, windows: list[_Window],
-) -> np.ndarray:  # fmt: skip
-    """``weighted_percentiles_batch(values, counts[:, owners] * mult, QUANTILES)``, exactly, at the cost of the
-    windows rather than of every value: a row's cumulative weight at a window's start is one dot product,
-    the rest is the window's own values. A row whose quantile falls outside a window takes the exact path."""
-    b = counts.shape[0]
-    out = np.full((b, len(QUANTILES)), np.nan)
-    live = totals > 0
-    outside = np.zeros(b, dtype=bool)
-    for i, (q, w) in enumerate(zip(QUANTILES, windows, strict=True)):
-        below = belows[:, i]
-        cw = below[:, None] + np.cumsum(counts[:, owners[w.start : w.end]] * mult[w.start : w.end], axis=1)
-        h = (totals - 1) * q / 100.0
-        lo = np.floor(h).astype(np.int64)
-        hi = np.minimum(lo + 1, totals - 1)
-        # Outside: the quantile is before the window (weight below its start already passes lo), or after it.
-        miss = live & ((lo < below) | ((hi >= cw[:, -1]) & (w.end < values.size)))
-        # Rows of cw are non-decreasing: shifted apart they are one sorted array (as in the exact path).
-        shift = np.arange(b, dtype=np.int64) * (int(cw[:, -1].max()) + 1)
-        flat = (cw + shift[:, None]).ravel()
-        base = np.arange(b, dtype=np.int64) * cw.shape[1]
-        k_lo = np.searchsorted(flat, lo + shift, side="right") - base
-        k_hi = np.searchsorted(flat, hi + shift, side="right") - base
-        i_lo = np.minimum(w.start + k_lo, values.size - 1)
-        i_hi = np.minimum(w.start + k_hi, values.size - 1)
-        v_lo, v_hi = values[i_lo], values[i_hi]
-        out[:, i] = np.where(live, v_lo + (h - lo) * (v_hi - v_lo), np.nan)
-        outside |= miss
-    if outside.any():
-        rows = np.flatnonzero(outside)
-        out[rows] = weighted_percentiles_batch(values, counts[rows][:, owners] * mult, QUANTILES)
-    return out
-
-
-def quantile_values(arm: ArmSamples, counts: np.ndarray, rounds: Sequence[int] | None = None) -> np.ndarray:
-    """Quantile metrics (METRICS order) of the requests of ``rounds`` (None: all), each request weighted by
-    ``counts[:, i]`` (how often a replicate drew it): (B, n) -> (B, N_QUANTILE).
-
-    Small families (most runs) sort every replicate's weights exactly; large ones (a production-length run's
-    tokens) look only at the values near each quantile (``_windowed_percentiles``), with the same result."""
-    counts = np.atleast_2d(counts)
+    Small families (most runs) weigh and sort every value exactly; large ones (a production-length run's
+    tokens) look only at the values near each quantile (``analysis.quantile_windows``), with the same result."""
+    draws = counts if isinstance(counts, Draws) else Draws.of(counts)
     key = None if rounds is None else tuple(rounds)
-    fams = arm.families(key)
-    out = np.full((counts.shape[0], N_QUANTILE), np.nan)
-    width = max(1, max((v.size for v, _, _ in fams.values()), default=1))
-    step = max(1, _CHUNK_ELEMENTS // width)
-    large = []
+    out = np.full((draws.rows, N_QUANTILE), np.nan)
     for f, (family, _) in enumerate(LATENCY_FAMILIES):
-        values, owners, mult = fams[family]
         cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
-        if values.size >= EXACT_BELOW_VALUES:
-            large.append(f)
+        if arm.family_size(family, key) >= EXACT_BELOW_VALUES:
+            cache_key = ("quantile_windows", family, key, WINDOW_SIGMAS)
+            fam = arm.cache.get(cache_key)
+            if not isinstance(fam, WindowedFamily):
+                fam = windowed_family(*arm.raw_family(family, key), arm.n, QUANTILES, WINDOW_SIGMAS)
+                arm.cache[cache_key] = fam
+            out[:, cols] = windowed_percentiles(
+                fam, draws, cache_key, QUANTILES, lambda family=family: arm.family(family, key)
+            )
             continue
-        for c0 in range(0, counts.shape[0], step):
-            rows = counts[c0 : c0 + step]
-            out[c0 : c0 + step, cols] = weighted_percentiles_batch(values, rows[:, owners] * mult, QUANTILES)
-    if not large:
-        return out
-    # One product gives every large family's replicate totals and weights below its windows.
-    cached = arm.cache.get(("window_weights", key, tuple(large)))
-    if not isinstance(cached, tuple):
-        wins = {f: _windows(arm, ("quantile_windows", key, f), *fams[LATENCY_FAMILIES[f][0]]) for f in large}
-        columns = []
-        for f in large:
-            _, owners, mult = fams[LATENCY_FAMILIES[f][0]]
-            columns += [np.bincount(owners, weights=mult, minlength=arm.n), *(w.below for w in wins[f])]
-        cached = (wins, np.column_stack(columns))
-        arm.cache[("window_weights", key, tuple(large))] = cached
-    wins, weights = cached
-    dots = np.rint(counts @ weights).astype(np.int64)
-    per = 1 + len(QUANTILES)
-    for j, f in enumerate(large):
-        values, owners, mult = fams[LATENCY_FAMILIES[f][0]]
-        cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
-        totals, belows = dots[:, j * per], dots[:, j * per + 1 : (j + 1) * per]
-        out[:, cols] = _windowed_percentiles(values, owners, mult, counts, totals, belows, wins[f])
+        values, owners, mult = arm.family(family, key)
+        units = draws.layout.unit_of[owners]
+        step = max(1, _CHUNK_ELEMENTS // max(1, values.size))
+        for c0 in range(0, draws.rows, step):
+            weights = draws.counts[c0 : c0 + step][:, units] * mult
+            out[c0 : c0 + step, cols] = weighted_percentiles_batch(values, weights, QUANTILES)
     return out
 
 
@@ -300,42 +187,39 @@ def slot_bootstrap(
 ) -> list[np.ndarray]:
     """Per arm, a (resamples, n) matrix: how often each of its requests was drawn in each replicate.
 
-    Inside every round the slots any arm served are redrawn with replacement, the same draws for all
-    ``arms``; a slot an arm lost (failed request) is skipped in that arm. One arm: the request bootstrap.
+    Inside every round the slots any arm served are redrawn with replacement (in a production-length round,
+    random groups of them: ``analysis.resampling_units``), the same draws for all ``arms``; a slot an arm lost
+    (failed request) is skipped in that arm. One arm: the request bootstrap.
     """
-    counts = [np.zeros((resamples, arm.n), dtype=np.int64) for arm in arms]
-    for r in rounds:
-        slots: np.ndarray = np.empty(0, dtype=np.int64)
-        for arm in arms:
-            slots = np.union1d(slots, arm.slots[arm.rounds == r])
-        if slots.size == 0:
-            continue
-        drawn = rng.integers(0, slots.size, (resamples, slots.size))
-        # How often each slot was drawn, once for all arms; each arm's requests take their slot's count.
-        drawn += np.arange(resamples)[:, None] * slots.size
-        per_slot = np.bincount(drawn.ravel(), minlength=resamples * slots.size).reshape(resamples, slots.size)
-        del drawn
-        for arm, c in zip(arms, counts, strict=True):
-            mine = np.flatnonzero(arm.rounds == r)
-            c[:, mine] = per_slot[:, np.searchsorted(slots, arm.slots[mine])]
-    return counts
+    return [d.at(np.arange(d.layout.unit_of.size)) for d in unit_bootstrap(arms, rounds, resamples, rng)]
+
+
+def unit_bootstrap(
+    arms: Sequence[ArmSamples], rounds: Sequence[int], resamples: int, rng: np.random.Generator
+) -> list[Draws]:
+    """``slot_bootstrap`` as per-unit draws, one ``Draws`` per arm sharing the same counts."""
+    layouts, sizes = unit_layouts(arms, rounds)
+    counts = draw_units(sizes, resamples, rng)
+    return [Draws(counts, layout) for layout in layouts]
 
 
 BOOTSTRAP_CHUNK_ELEMENTS = 8_000_000
-"""Draw counts held at once per arm (rows x requests; each chunk also holds a few temporaries of that size): a
-million-request arm is bootstrapped 8 replicates at a time, a run of up to 8,000 requests per arm in one go
-(then the draws are exactly those of one call)."""
+"""Unit counts drawn at once (rows x units; each chunk also holds a few temporaries of that size): a run of up
+to 8,000 slots is bootstrapped in one go (then the draws are exactly those of one call), a production-length
+run (20,000 units per round) 400 replicates at a time divided by its rounds."""
 
 
 def slot_bootstrap_chunks(
     arms: Sequence[ArmSamples], rounds: Sequence[int], resamples: int, rng: np.random.Generator
-) -> Iterator[list[np.ndarray]]:
-    """``slot_bootstrap`` in chunks of replicates, so memory is bounded whatever the number of requests."""
-    rows = max(1, BOOTSTRAP_CHUNK_ELEMENTS // max(1, max((a.n for a in arms), default=1)))
+) -> Iterator[list[Draws]]:
+    """``unit_bootstrap`` in chunks of replicates, so memory is bounded whatever the number of requests."""
+    layouts, sizes = unit_layouts(arms, rounds)
+    rows = max(1, BOOTSTRAP_CHUNK_ELEMENTS // max(1, sum(sizes)))
     done = 0
     while done < resamples:
         k = min(rows, resamples - done)
-        yield slot_bootstrap(arms, rounds, k, rng)
+        counts = draw_units(sizes, k, rng)
+        yield [Draws(counts, layout) for layout in layouts]
         done += k
 
 
@@ -357,7 +241,7 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 def point_values(arm: ArmSamples, rounds: Sequence[int] | None = None) -> np.ndarray:
     """Every metric (METRICS order) of the arm's requests of ``rounds`` (None: all); NaN when undefined."""
-    q = quantile_values(arm, np.ones((1, arm.n), dtype=np.int64), rounds)[0]
+    q = quantile_values(arm, Draws.of(np.ones((1, arm.n), dtype=np.int64)), rounds)[0]
     return np.concatenate([q, rate_values(arm, rounds)])
 
 
@@ -399,7 +283,7 @@ def paired_estimates(
     """
     shared = [r for p in pairs for r in p]
 
-    def log_ratios(ca: np.ndarray, cb: np.ndarray) -> list[np.ndarray]:
+    def log_ratios(ca: np.ndarray | Draws, cb: np.ndarray | Draws) -> list[np.ndarray]:
         return [_log(quantile_values(b, cb, rounds)) - _log(quantile_values(a, ca, rounds)) for rounds in pairs]
 
     # Row 0: every request once (the estimate itself); then the replicates, a chunk at a time.

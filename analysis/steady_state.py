@@ -42,13 +42,16 @@ def mser5_cut(values: Sequence[float], batch: int = BATCH, max_fraction: float =
     if n_batches < MIN_BATCHES:
         return 0
     means = x[: n_batches * batch].reshape(n_batches, batch).mean(axis=1)
-    best_d, best_stat = 0, np.inf
-    for d in range(int(n_batches * max_fraction) + 1):
-        rest = means[d:]
-        stat = float(rest.var() / rest.size)
-        if stat < best_stat - 1e-15:
-            best_d, best_stat = d, stat
-    return best_d * batch
+    # The statistic of every truncation d at once, from suffix sums of the batch means (centred first, so the
+    # variance is not a difference of two large numbers): var(means[d:]) / (n_batches - d).
+    centred = means - means.mean()
+    d = np.arange(int(n_batches * max_fraction) + 1)
+    rest = (n_batches - d).astype(np.float64)
+    s1 = np.cumsum(centred[::-1])[::-1][d]
+    s2 = np.cumsum((centred**2)[::-1])[::-1][d]
+    stat = np.maximum(s2 / rest - (s1 / rest) ** 2, 0.0) / rest
+    # The first truncation within 1e-15 of the smallest, as the search in order took it.
+    return int(np.flatnonzero(stat < stat.min() + 1e-15)[0]) * batch
 
 
 def _ttft_by_slot(records: RecordColumns, rnd: int) -> np.ndarray:

@@ -165,6 +165,8 @@ class RecordColumns:
 
     def select(self, which: np.ndarray) -> RecordColumns:
         """The rows a boolean mask or an index array picks, in that order."""
+        if which.dtype == bool and which.size == len(self) and which.all():
+            return self  # nothing left out: columns are never written to, so sharing costs nothing
         idx = np.flatnonzero(which) if which.dtype == bool else np.asarray(which, dtype=np.int64)
         cols = {name: getattr(self, name)[idx] for name in SCALAR_FIELDS}
         flat, offsets = gather_csr(self.token_times_s, self.token_offsets, idx)

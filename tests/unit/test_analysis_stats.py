@@ -49,7 +49,7 @@ def test_point_values_match_plain_numpy_and_merged_itl_is_exact():
     values = dict(zip(stats.METRIC_KEYS, stats.point_values(arm), strict=True))
     assert values["ttft_s_p90"] == pytest.approx(np.percentile(arm.ttft_s, 90))
     # Each request's tokens come at one pace, so its ITLs are merged into one weighted entry: still exact.
-    assert arm.families()["itl_s"][0].size == arm.n
+    assert arm.family("itl_s")[0].size == arm.n
     for q in (50, 90, 99):
         assert values[f"itl_s_p{q}"] == pytest.approx(np.percentile(arm.itl_flat_s, q))
     span = arm.end_s.max() - arm.start_s.min()
@@ -79,13 +79,13 @@ def test_the_gate_and_the_verdicts_draw_from_the_same_bootstrap(monkeypatch):
     from analysis.nightly import NightlyPolicy, judge_night
 
     calls = []
-    original = stats.slot_bootstrap
+    original = stats.unit_layouts  # every bootstrap lays its arms' requests into units first
 
     def spy(arms, *args, **kwargs):
         calls.append(len(arms))
         return original(arms, *args, **kwargs)
 
-    monkeypatch.setattr(stats, "slot_bootstrap", spy)
+    monkeypatch.setattr(stats, "unit_layouts", spy)
     nights = [synthetic_run(f"n{d}", f"2026-11-0{d}T02:00:00+00:00", [SyntheticArm("baseline"), SyntheticArm("b")],
                             60, seed=d) for d in range(1, 5)]  # fmt: skip
     judge_night(nights[-1], nights[:-1], NightlyPolicy(bootstrap_resamples=50, metrics=["ttft_s_p50"]))

@@ -47,13 +47,50 @@ def test_windowed_quantiles_are_the_exact_ones(monkeypatch, n, sigmas, rounds):
 
 def test_chunked_bootstrap_draws_what_one_call_draws_when_one_chunk_holds_it(monkeypatch):
     arm = _arm(300, seed=3)
+    everyone = np.arange(arm.n)
     (whole,) = st.slot_bootstrap([arm], [0, 1], 40, np.random.default_rng(9))
     (chunk,) = next(st.slot_bootstrap_chunks([arm], [0, 1], 40, np.random.default_rng(9)))
-    assert np.array_equal(whole, chunk)
+    assert np.array_equal(whole, chunk.at(everyone))
     monkeypatch.setattr(st, "BOOTSTRAP_CHUNK_ELEMENTS", 300 * 7)  # 7 replicates at a time: bounded memory
-    parts = [c for (c,) in st.slot_bootstrap_chunks([arm], [0, 1], 40, np.random.default_rng(9))]
+    parts = [c.at(everyone) for (c,) in st.slot_bootstrap_chunks([arm], [0, 1], 40, np.random.default_rng(9))]
     assert [p.shape[0] for p in parts] == [7, 7, 7, 7, 7, 5]
     stacked = np.vstack(parts)
     for rnd in (0, 1):  # every replicate redraws each round's slots: each round's counts sum to its size
         mine = arm.rounds == rnd
         assert (stacked[:, mine].sum(axis=1) == mine.sum()).all()
+
+
+def test_a_long_round_redraws_random_equal_groups_of_slots_paired_across_arms(monkeypatch):
+    import analysis.resampling_units as ru
+
+    monkeypatch.setattr(ru, "UNITS_PER_ROUND", 40)
+    a, b = _arm(1000, seed=4), _arm(1000, seed=5)
+    da, db = st.unit_bootstrap([a, b], [0, 1], 30, np.random.default_rng(2))
+    assert da.counts is db.counts
+    # B/A stays paired: a slot of a round is one unit in every arm that served it
+    key_a, key_b = a.rounds * 10**6 + a.slots, b.rounds * 10**6 + b.slots
+    both, ia, ib = np.intersect1d(key_a, key_b, return_indices=True)
+    assert both.size > 100 and np.array_equal(da.layout.unit_of[ia], db.layout.unit_of[ib])
+    for rnd in (0, 1):
+        units = da.layout.unit_of[a.rounds == rnd]
+        # not neighbours: a unit's slots are spread over the round, so a trend in time does not become a unit
+        assert np.ptp(a.slots[a.rounds == rnd][units == units.min()]) > 0.5 * np.ptp(a.slots[a.rounds == rnd])
+        assert (da.counts[:, np.unique(units)].sum(axis=1) == 40).all()  # each replicate redraws 40 units
+    assert (da.counts[:, -1] == 0).all()  # the column of requests outside the drawn rounds
+    sizes = np.bincount(ru.round_units(1001))
+    assert sizes.size == 40 and sizes.max() - sizes.min() <= 1  # equal groups
+    assert np.array_equal(ru.round_units(39), np.arange(39))  # a short round: every slot its own unit
+
+
+def test_grouped_slots_give_the_standard_error_the_slots_give(monkeypatch):
+    """Redrawing random groups of slots estimates the same variance as redrawing slots (its point in a
+    production-length round): the log SEs of every quantile agree within the bootstrap's own noise."""
+    import analysis.resampling_units as ru
+
+    arm = _arm(6000, seed=6)
+    by_slot = st.arm_log_se(arm, 400, np.random.default_rng(1))[: st.N_QUANTILE]
+    monkeypatch.setattr(ru, "UNITS_PER_ROUND", 300)
+    arm.cache.clear()
+    by_group = st.arm_log_se(arm, 400, np.random.default_rng(1))[: st.N_QUANTILE]
+    ratio = by_group / by_slot
+    assert np.all(np.abs(ratio - 1) < 0.2), ratio

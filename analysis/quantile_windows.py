@@ -1,0 +1,189 @@
+"""Quantiles of a large family (a production-length run's inter-token gaps) in every bootstrap replicate,
+from the values near each quantile alone, with exactly the result of weighing and sorting all of them.
+
+A replicate only reweighs requests (how often it drew each), so its quantile falls within a few standard
+deviations of the estimate's: the weight a replicate has below the estimate's quantile position is
+sum_i c_i a_i (c_i: draws of request i, a_i: its values below), its target rank moves with q * sum_i c_i t_i
+(t_i: its values), and their difference has a variance of about sum_i (a_i - q t_i)^2. So each quantile
+keeps a window of values (sorted) around the estimate's position and, per request, how many of its values
+lie below the window: a replicate's cumulative weight at the window's start is one dot product with its
+draws, the rest is the window's own values. The family itself is never sorted (``np.partition`` finds
+the windows' edges), so it costs its values once, transiently. A replicate whose quantile falls outside
+its window (about one in a million at 5 SD) takes the exact path on the sorted family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from analysis.resampling_units import Draws
+
+Family = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""(finite values ascending, the request owning each, how many equal values of that request it stands for)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where one quantile falls in nearly every replicate: the family's values between two ranks."""
+
+    start: int  # values of the family below the window
+    end: int  # values of the family below the window's end
+    values: np.ndarray  # the window's values, ascending (equal values of one request merged)
+    owners: np.ndarray  # the request owning each
+    mult: np.ndarray  # how many equal values of that request each stands for
+    below: np.ndarray  # (n,) per request, its values below the window
+
+
+@dataclass(frozen=True)
+class WindowedFamily:
+    size: int  # values in the family
+    per_request: np.ndarray  # (n,) values of each request
+    windows: tuple[Window, ...]  # one per quantile
+
+
+def merge_runs(values: np.ndarray, owners: np.ndarray) -> Family:
+    """Sorted by value, equal neighbours of one request merged into one weighted entry: a request whose tokens
+    came at a steady pace costs one entry instead of one per token. Equal values are interchangeable in a
+    percentile, so any sort by value serves."""
+    order = np.argsort(values)
+    v, o = values[order], owners[order]
+    if v.size == 0:
+        return v, o, np.empty(0, dtype=np.int64)
+    new = np.concatenate(([True], (v[1:] != v[:-1]) | (o[1:] != o[:-1])))
+    starts = np.flatnonzero(new)
+    mult = np.diff(np.concatenate((starts, [v.size])))
+    return v[starts], o[starts], mult.astype(np.int64)
+
+
+def windowed_family(
+    values: np.ndarray, owners: np.ndarray, n: int, quantiles: Sequence[int], sigmas: float
+) -> WindowedFamily:
+    """The windows of ``quantiles`` over the (unsorted) values of a family, each ``sigmas`` SDs either side."""
+    size = int(values.size)
+    per_request = np.bincount(owners, minlength=n).astype(np.float64)
+    if size == 0:
+        return WindowedFamily(0, per_request, ())
+    targets = [(size - 1) * q / 100.0 for q in quantiles]
+    part = np.partition(values, sorted({int(np.floor(t)) for t in targets}))
+    ranks = []
+    for q, t in zip(quantiles, targets, strict=True):
+        a = np.bincount(owners[values < part[int(np.floor(t))]], minlength=n)
+        sigma = float(np.sqrt(np.sum((a - q / 100.0 * per_request) ** 2)))
+        ranks.append(
+            (max(0, int(np.floor(t - sigmas * sigma)) - 2), min(size - 1, int(np.ceil(t + sigmas * sigma)) + 2))
+        )
+    part = np.partition(part, sorted({k for pair in ranks for k in pair}))
+    windows = []
+    for lo, hi in ranks:
+        below = values < part[lo]
+        inside = ~below & (values <= part[hi])  # every value equal to an edge is inside: ties never straddle it
+        start = int(np.count_nonzero(below))
+        v, o, m = merge_runs(values[inside], owners[inside])
+        windows.append(
+            Window(start, start + int(m.sum()), v, o, m, np.bincount(owners[below], minlength=n).astype(np.float64))
+        )
+    return WindowedFamily(size, per_request, tuple(windows))
+
+
+def weighted_percentiles_batch(sorted_values: np.ndarray, weights: np.ndarray, qs: Sequence[int]) -> np.ndarray:
+    """numpy's default (linear) percentiles, row by row, of the sample in which value i appears weights[r, i]
+    times: integer weights (B, N) -> (B, len(qs)), NaN for an all-zero row."""
+    cw = np.cumsum(weights, axis=1, dtype=np.int64)
+    b, n = cw.shape
+    out = np.full((b, len(qs)), np.nan)
+    if n == 0:
+        return out
+    total = cw[:, -1]
+    live = total > 0
+    for i, q in enumerate(qs):
+        h = (total - 1) * q / 100.0
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, total - 1)
+        i_lo, i_hi = _positions(cw, lo), _positions(cw, hi)
+        i_lo, i_hi = np.minimum(i_lo, n - 1), np.minimum(i_hi, n - 1)
+        v_lo, v_hi = sorted_values[i_lo], sorted_values[i_hi]
+        out[live, i] = (v_lo + (h - lo) * (v_hi - v_lo))[live]
+    return out
+
+
+def _positions(cw: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Per row, the first column whose cumulative weight exceeds the row's rank. Rows are non-decreasing:
+    shifted apart by more than their largest total they are one sorted array, so one searchsorted serves
+    every row (O(B log BN) instead of O(BN))."""
+    b, n = cw.shape
+    shift = np.arange(b, dtype=np.int64) * (int(cw[:, -1].max()) + 1)
+    flat = (cw + shift[:, None]).ravel()
+    return np.searchsorted(flat, ranks + shift, side="right") - np.arange(b, dtype=np.int64) * n
+
+
+BLOCK_VALUES = 256
+"""Values of a window per block: a replicate's weight per block is one sparse product, then it reads one block."""
+
+
+class _WindowBlocks:
+    """A window cut into blocks of ``BLOCK_VALUES``: every replicate's weight in every block, at the cost of one
+    sparse product with the draws instead of a cumulative sum over the whole window per replicate."""
+
+    def __init__(self, w: Window, draws: Draws) -> None:
+        self.window, self.draws = w, draws
+        self.units = draws.layout.unit_of[w.owners]
+        size = w.values.size
+        block = np.arange(size) // BLOCK_VALUES
+        self.blocks = int(block[-1]) + 1 if size else 0
+        incidence = sparse.csr_matrix(
+            (w.mult.astype(np.float64), (block, self.units)), shape=(self.blocks, draws.counts.shape[1])
+        )
+        per_block = np.rint(incidence @ draws.counts_by_unit).T.astype(np.int64)  # (B, blocks)
+        self.cum = np.cumsum(per_block, axis=1)  # weight up to each block's end (from the window's start)
+        self.row_weight = self.cum[:, -1] if self.blocks else np.zeros(draws.rows, dtype=np.int64)
+
+    def value_at(self, below: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """Per replicate, the window's value at ``rank`` of the whole family (``below``: its weight before the
+        window); clipped to the window's ends when the rank lies outside it (those rows take the exact path)."""
+        w, size = self.window, self.window.values.size
+        # The first block whose end passes the rank, then the first value inside it that does.
+        k = np.clip(_positions(self.cum, rank - below), 0, self.blocks - 1)
+        base = below + np.where(k > 0, np.take_along_axis(self.cum, np.maximum(k - 1, 0)[:, None], 1)[:, 0], 0)
+        idx = k[:, None] * BLOCK_VALUES + np.arange(BLOCK_VALUES)
+        valid = idx < size
+        idx = np.minimum(idx, size - 1)
+        weights = self.draws.counts[np.arange(self.draws.rows)[:, None], self.units[idx]] * w.mult[idx] * valid
+        inside = np.count_nonzero(base[:, None] + np.cumsum(weights, axis=1) <= rank[:, None], axis=1)
+        return w.values[np.minimum(k * BLOCK_VALUES + inside, size - 1)]
+
+
+def windowed_percentiles(
+    fam: WindowedFamily, draws: Draws, key: object, quantiles: Sequence[int], exact: Callable[[], Family]
+) -> np.ndarray:
+    """``weighted_percentiles_batch`` of every replicate of ``draws`` over the whole family, from its windows.
+    ``key`` names the family for the draws' per-unit sums; ``exact()`` gives the sorted family for a replicate
+    whose quantile falls outside a window."""
+    b = draws.rows
+    out = np.full((b, len(quantiles)), np.nan)
+    if fam.size == 0:
+        return out
+    per_unit = draws.layout.aggregate(key, np.column_stack([fam.per_request, *(w.below for w in fam.windows)]))
+    dots = draws.dot(per_unit)
+    totals = dots[:, 0]
+    live = totals > 0
+    outside = np.zeros(b, dtype=bool)
+    for i, (q, w) in enumerate(zip(quantiles, fam.windows, strict=True)):
+        blocks = _WindowBlocks(w, draws)
+        below = dots[:, 1 + i]
+        h = (totals - 1) * q / 100.0
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, totals - 1)
+        # Outside: the quantile lies before the window (the weight below it already passes lo), or after it.
+        outside |= live & ((lo < below) | ((hi >= below + blocks.row_weight) & (w.end < fam.size)))
+        v_lo, v_hi = blocks.value_at(below, lo), blocks.value_at(below, hi)
+        out[:, i] = np.where(live, v_lo + (h - lo) * (v_hi - v_lo), np.nan)
+    if outside.any():
+        rows_out = np.flatnonzero(outside)
+        values, owners, mult = exact()
+        sub = Draws(draws.counts[rows_out], draws.layout)
+        out[rows_out] = weighted_percentiles_batch(values, sub.at(owners) * mult, quantiles)
+    return out
