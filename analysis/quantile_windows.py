@@ -59,33 +59,102 @@ def merge_runs(values: np.ndarray, owners: np.ndarray) -> Family:
     return v[starts], o[starts], mult.astype(np.int64)
 
 
+SIGMA_SAMPLE_REQUESTS = 20_000
+"""Requests (evenly spaced) a window's width is estimated from: the width only needs to be about right."""
+
+
+def per_request_count(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """How many values of each request (CSR ``offsets``) ``mask`` keeps, as floats; one pass, no owner array."""
+    n = offsets.size - 1
+    out = np.zeros(n)
+    if n == 0 or mask.size == 0:
+        return out
+    # A trailing zero lets every request's start be a valid index, an empty request's included.
+    sums = np.add.reduceat(np.append(mask, False), offsets[:-1], dtype=np.int64)
+    has = offsets[1:] > offsets[:-1]
+    out[has] = sums[has]
+    return out
+
+
+def owners_of(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    return np.searchsorted(offsets, positions, side="right") - 1
+
+
+def _sigma(values: np.ndarray, offsets: np.ndarray, member: np.ndarray, per_request: np.ndarray, q: int) -> float:
+    """SD of a replicate's weight below the q-quantile minus q times its total, sqrt(sum_i (a_i - q t_i)^2),
+    from an evenly spaced sample of the family's requests, scaled to all of them."""
+    requests = np.flatnonzero(per_request > 0)
+    sample = requests[:: max(1, requests.size // SIGMA_SAMPLE_REQUESTS)]
+    starts, lengths = offsets[sample], offsets[sample + 1] - offsets[sample]
+    pos = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(lengths.sum())
+    keep = member[pos]
+    v = values[pos][keep]
+    owner = np.repeat(np.arange(sample.size), lengths)[keep]
+    if v.size == 0:
+        return 0.0
+    estimate = np.quantile(v, q / 100.0)
+    a = np.bincount(owner[v < estimate], minlength=sample.size)
+    t = np.bincount(owner, minlength=sample.size)
+    return float(np.sqrt(np.sum((a - q / 100.0 * t) ** 2) * requests.size / sample.size))
+
+
+_PASS_VALUES = 4_000_000
+
+
+def _counts_below(
+    values: np.ndarray, offsets: np.ndarray, member: np.ndarray, edges: Sequence[float]
+) -> list[np.ndarray]:
+    """Per edge, per request: how many of its member values are below the edge; one pass for every edge."""
+    n = offsets.size - 1
+    cuts = np.unique(edges)
+    width = cuts.size + 2  # buckets: 0..cuts.size by how many cuts are at or below a value, then "not a member"
+    per = np.zeros((n, width), dtype=np.int64)
+    lengths = np.diff(offsets)
+    # Requests a few million values at a time, so the per-value temporaries stay small.
+    starts = np.searchsorted(offsets, np.arange(0, int(offsets[-1]), _PASS_VALUES), side="right") - 1
+    bounds = np.unique(np.concatenate((np.clip(starts, 0, n), [0, n])))
+    for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        lo, hi = int(offsets[r0]), int(offsets[r1])
+        if hi <= lo:
+            continue
+        bucket = np.searchsorted(cuts, values[lo:hi], side="right")
+        bucket[~member[lo:hi]] = cuts.size + 1
+        bucket += np.repeat(np.arange(r1 - r0, dtype=np.int64) * width, lengths[r0:r1])
+        per[r0:r1] += np.bincount(bucket, minlength=(r1 - r0) * width).reshape(r1 - r0, width)
+    cum = np.cumsum(per, axis=1)
+    # A value is below cut k exactly when fewer than k + 1 cuts are at or below it: buckets 0..k.
+    return [cum[:, int(np.searchsorted(cuts, e))].astype(np.float64) for e in edges]
+
+
 def windowed_family(
-    values: np.ndarray, owners: np.ndarray, n: int, quantiles: Sequence[int], sigmas: float
+    values: np.ndarray, offsets: np.ndarray, member: np.ndarray | None, quantiles: Sequence[int], sigmas: float
 ) -> WindowedFamily:
-    """The windows of ``quantiles`` over the (unsorted) values of a family, each ``sigmas`` SDs either side."""
-    size = int(values.size)
-    per_request = np.bincount(owners, minlength=n).astype(np.float64)
+    """The windows of ``quantiles`` over a family held as CSR (request i owns ``values[offsets[i]:offsets[i+1]]``),
+    of which ``member`` (None: all) says which values belong (finite, in the rounds), ``sigmas`` SDs either side.
+
+    One partition of the members finds every window's edges exactly; per request, its values below a window
+    are one masked pass."""
+    member = np.ones(values.size, dtype=bool) if member is None else member
+    per_request = per_request_count(member, offsets)
+    size = int(per_request.sum())
     if size == 0:
         return WindowedFamily(0, per_request, ())
-    targets = [(size - 1) * q / 100.0 for q in quantiles]
-    part = np.partition(values, sorted({int(np.floor(t)) for t in targets}))
     ranks = []
-    for q, t in zip(quantiles, targets, strict=True):
-        a = np.bincount(owners[values < part[int(np.floor(t))]], minlength=n)
-        sigma = float(np.sqrt(np.sum((a - q / 100.0 * per_request) ** 2)))
-        ranks.append(
-            (max(0, int(np.floor(t - sigmas * sigma)) - 2), min(size - 1, int(np.ceil(t + sigmas * sigma)) + 2))
-        )
-    part = np.partition(part, sorted({k for pair in ranks for k in pair}))
+    for q in quantiles:
+        t = (size - 1) * q / 100.0
+        half = sigmas * _sigma(values, offsets, member, per_request, q)
+        ranks.append((max(0, int(np.floor(t - half)) - 2), min(size - 1, int(np.ceil(t + half)) + 2)))
+    kept = values[member]
+    kept.partition(sorted({k for pair in ranks for k in pair}))
+    edges = [float(kept[lo]) for lo, _ in ranks]
+    belows = _counts_below(values, offsets, member, edges)
     windows = []
-    for lo, hi in ranks:
-        below = values < part[lo]
-        inside = ~below & (values <= part[hi])  # every value equal to an edge is inside: ties never straddle it
-        start = int(np.count_nonzero(below))
-        v, o, m = merge_runs(values[inside], owners[inside])
-        windows.append(
-            Window(start, start + int(m.sum()), v, o, m, np.bincount(owners[below], minlength=n).astype(np.float64))
-        )
+    for (lo, hi), below in zip(ranks, belows, strict=True):
+        inside = member & (values >= kept[lo]) & (values <= kept[hi])  # every value equal to an edge is inside
+        pos = np.flatnonzero(inside)
+        start = int(below.sum())
+        v, o, m = merge_runs(values[pos], owners_of(pos, offsets))
+        windows.append(Window(start, start + int(m.sum()), v, o, m, below))
     return WindowedFamily(size, per_request, tuple(windows))
 
 
@@ -108,6 +177,22 @@ def weighted_percentiles_batch(sorted_values: np.ndarray, weights: np.ndarray, q
         v_lo, v_hi = sorted_values[i_lo], sorted_values[i_hi]
         out[live, i] = (v_lo + (h - lo) * (v_hi - v_lo))[live]
     return out
+
+
+def once_percentiles(
+    values: np.ndarray, offsets: np.ndarray, member: np.ndarray | None, qs: Sequence[int]
+) -> np.ndarray:
+    """``weighted_percentiles_batch`` with every value weighed once (the estimate), by selection rather than a
+    sort, with the same arithmetic (so the same bits)."""
+    v = values if member is None else values[member]
+    out = np.full(len(qs), np.nan)
+    if v.size == 0:
+        return out
+    h = np.array([(v.size - 1) * q / 100.0 for q in qs])
+    lo = np.floor(h).astype(np.int64)
+    hi = np.minimum(lo + 1, v.size - 1)
+    part = np.partition(v, np.unique(np.concatenate((lo, hi))))
+    return part[lo] + (h - lo) * (part[hi] - part[lo])
 
 
 def _positions(cw: np.ndarray, ranks: np.ndarray) -> np.ndarray:
@@ -166,7 +251,7 @@ def windowed_percentiles(
     out = np.full((b, len(quantiles)), np.nan)
     if fam.size == 0:
         return out
-    per_unit = draws.layout.aggregate(key, np.column_stack([fam.per_request, *(w.below for w in fam.windows)]))
+    per_unit = draws.layout.aggregate(key, lambda: np.column_stack([fam.per_request, *(w.below for w in fam.windows)]))
     dots = draws.dot(per_unit)
     totals = dots[:, 0]
     live = totals > 0

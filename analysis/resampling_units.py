@@ -16,7 +16,7 @@ replicates agrees on them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
@@ -29,8 +29,11 @@ _UNIT_SEED_DOMAIN = 0x0517
 
 
 class _HasSlots(Protocol):
-    rounds: np.ndarray
-    slots: np.ndarray
+    @property
+    def rounds(self) -> np.ndarray: ...
+
+    @property
+    def slots(self) -> np.ndarray: ...
 
     @property
     def n(self) -> int: ...
@@ -57,12 +60,14 @@ class UnitLayout:
     def identity(cls, n: int) -> UnitLayout:
         return cls(np.arange(n, dtype=np.int64), n)
 
-    def aggregate(self, key: object, per_request: np.ndarray) -> np.ndarray:
-        """(units + 1, k) sums of the (n, k) per-request weights over each unit's requests (cached by ``key``)."""
+    def aggregate(self, key: object, per_request: Callable[[], np.ndarray]) -> np.ndarray:
+        """(units + 1, k) sums of the (n, k) per-request weights ``per_request()`` over each unit's requests
+        (cached by ``key``: the weights are built only once per bootstrap)."""
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        w = per_request.reshape(per_request.shape[0], -1)
+        weights = per_request()
+        w = weights.reshape(weights.shape[0], -1)
         if np.array_equal(self.unit_of, np.arange(self.unit_of.size)) and self.units == self.unit_of.size:
             out = np.vstack([w, np.zeros((1, w.shape[1]))]).astype(np.float64)
         else:
@@ -87,13 +92,20 @@ class Draws:
         c = np.atleast_2d(per_request)
         return cls(np.hstack([c, np.zeros((c.shape[0], 1), dtype=c.dtype)]), UnitLayout.identity(c.shape[1]))
 
+    def is_every_request_once(self) -> bool:
+        """One replicate that weighs every request once: the estimate itself."""
+        ids = self.layout.unit_of
+        return self.rows == 1 and self.layout.units == ids.size and bool(np.all(self.counts[0, :-1] == 1))
+
     @property
     def rows(self) -> int:
         return int(self.counts.shape[0])
 
     def at(self, requests: np.ndarray) -> np.ndarray:
-        """(B, len(requests)): how often each replicate drew each of ``requests``."""
-        return self.counts[:, self.layout.unit_of[requests]]
+        """(B, len(requests)): how often each replicate drew each of ``requests`` (C-ordered: ``take`` along the
+        columns, where ``counts[:, idx]`` would give a Fortran-ordered array that every later row-wise pass
+        copies)."""
+        return np.take(self.counts, self.layout.unit_of[requests], axis=1)
 
     @cached_property
     def counts_f(self) -> np.ndarray:

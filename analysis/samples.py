@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.quantile_windows import Family, merge_runs
+from analysis.quantile_windows import Family, merge_runs, owners_of
 from experiment.slo import SloSpec, slo_met
 from result_format.run_result import ArmResult
 from workloads.metrics import token_events
@@ -92,24 +92,23 @@ class ArmSamples:
         self.cache[key] = size
         return size
 
-    def raw_family(self, family: str, rounds: tuple[int, ...] | None = None) -> tuple[FloatArray, np.ndarray]:
-        """(the finite values of a latency family over the requests of ``rounds``, unsorted; the request of
-        each). Built on every call, never kept: a long run's inter-token gaps are its largest array."""
+    def raw_family(
+        self, family: str, rounds: tuple[int, ...] | None = None
+    ) -> tuple[FloatArray, np.ndarray, np.ndarray | None]:
+        """A latency family as CSR, in place: (values, per-request offsets into them, which values belong: finite
+        and of a request of ``rounds``; None: all). Nothing is copied: a long run's inter-token gaps are its
+        largest array."""
         mine = self._in_rounds(rounds)
         if family == "itl_s":
-            lengths = np.diff(self.itl_offsets)
-            if mine is None:
-                values, owners = self.itl_flat_s, np.repeat(np.arange(self.n, dtype=np.int32), lengths)
-            else:
-                idx = np.flatnonzero(mine)
-                values = self.itl_of(idx)
-                owners = np.repeat(idx.astype(np.int32), lengths[idx])
-            keep = ~np.isnan(values)
-            return (values, owners) if keep.all() else (values[keep], owners[keep])
-        values = getattr(self, family)
-        keep = ~np.isnan(values) if mine is None else ~np.isnan(values) & mine
-        owners = np.flatnonzero(keep)
-        return values[owners], owners
+            values, offsets = self.itl_flat_s, self.itl_offsets
+            member = None if mine is None else np.repeat(mine, np.diff(offsets))
+        else:
+            values, offsets = getattr(self, family), np.arange(self.n + 1, dtype=np.int64)
+            member = mine
+        finite = ~np.isnan(values)
+        if not finite.all():
+            member = finite if member is None else member & finite
+        return values, offsets, member
 
     def family(self, family: str, rounds: tuple[int, ...] | None = None) -> Family:
         """A latency family over the requests of ``rounds`` (None: all), sorted and merged (cached).
@@ -119,9 +118,12 @@ class ArmSamples:
         """
         per_rounds = self._families.setdefault(rounds, {})
         if family not in per_rounds:
-            values, owners = self.raw_family(family, rounds)
+            values, offsets, member = self.raw_family(family, rounds)
+            pos = np.arange(values.size) if member is None else np.flatnonzero(member)
+            owners = owners_of(pos, offsets)
+            values = values[pos]
             if family == "itl_s":
-                per_rounds[family] = merge_runs(values, owners.astype(np.int64))
+                per_rounds[family] = merge_runs(values, owners)
             else:  # one value per request, nothing to merge
                 order = np.argsort(values, kind="stable")
                 per_rounds[family] = (values[order], owners[order], np.ones(order.size, dtype=np.int64))
@@ -236,7 +238,7 @@ def arm_samples(
         slo_met=slo_met(ok, slo),
         rounds=ok.round.astype(np.int64),
         slots=record_slots(ok, stride),
-        token_times_s=times + np.repeat(shift, np.diff(tok_offsets)),
+        token_times_s=times + np.repeat(shift, np.diff(tok_offsets)) if shift.any() else times,
         token_weights=weights,
         token_offsets=tok_offsets,
     )

@@ -17,6 +17,7 @@ Everything is driven by an explicit seed, so a report is reproducible.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,7 +25,13 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats as sps
 
-from analysis.quantile_windows import WindowedFamily, weighted_percentiles_batch, windowed_family, windowed_percentiles
+from analysis.quantile_windows import (
+    WindowedFamily,
+    once_percentiles,
+    weighted_percentiles_batch,
+    windowed_family,
+    windowed_percentiles,
+)
 from analysis.resampling_units import Draws, draw_units, unit_layouts
 from analysis.samples import ArmSamples
 from workloads.metrics import RATE_BLOCKS, block_rates
@@ -80,21 +87,23 @@ def quantile_values(arm: ArmSamples, counts: np.ndarray | Draws, rounds: Sequenc
     out = np.full((draws.rows, N_QUANTILE), np.nan)
     for f, (family, _) in enumerate(LATENCY_FAMILIES):
         cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
+        if arm.family_size(family, key) >= EXACT_BELOW_VALUES and draws.is_every_request_once():
+            out[0, cols] = once_percentiles(*arm.raw_family(family, key), QUANTILES)  # the estimate: no windows
+            continue
         if arm.family_size(family, key) >= EXACT_BELOW_VALUES:
             cache_key = ("quantile_windows", family, key, WINDOW_SIGMAS)
             fam = arm.cache.get(cache_key)
             if not isinstance(fam, WindowedFamily):
-                fam = windowed_family(*arm.raw_family(family, key), arm.n, QUANTILES, WINDOW_SIGMAS)
+                fam = windowed_family(*arm.raw_family(family, key), QUANTILES, WINDOW_SIGMAS)
                 arm.cache[cache_key] = fam
-            out[:, cols] = windowed_percentiles(
-                fam, draws, cache_key, QUANTILES, lambda family=family: arm.family(family, key)
-            )
+            exact = functools.partial(arm.family, family, key)
+            out[:, cols] = windowed_percentiles(fam, draws, cache_key, QUANTILES, exact)
             continue
         values, owners, mult = arm.family(family, key)
         units = draws.layout.unit_of[owners]
         step = max(1, _CHUNK_ELEMENTS // max(1, values.size))
         for c0 in range(0, draws.rows, step):
-            weights = draws.counts[c0 : c0 + step][:, units] * mult
+            weights = np.take(draws.counts[c0 : c0 + step], units, axis=1) * mult
             out[c0 : c0 + step, cols] = weighted_percentiles_batch(values, weights, QUANTILES)
     return out
 

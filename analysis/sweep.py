@@ -302,7 +302,7 @@ class _Cell:
         for rnd in np.unique(self.rounds[keep]):
             start, end = round_window(self.records, keep[self.rounds[keep] == rnd])
             span += max(end - start, 0.0)
-        counts, tpot = self.counts[:, keep], self.tpot_s[keep]
+        counts, tpot = np.take(self.counts, keep, axis=1), self.tpot_s[keep]  # take: C-ordered, row passes are fast
         drawn = counts.sum(axis=1)
         nan = np.full(rows, np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -312,7 +312,7 @@ class _Cell:
             inter = nan
             if has.size:
                 order = has[np.argsort(tpot[has], kind="stable")]
-                med = stats.weighted_percentiles_batch(tpot[order], counts[:, order], (50,))[:, 0]
+                med = stats.weighted_percentiles_batch(tpot[order], np.take(counts, order, axis=1), (50,))[:, 0]
                 inter = np.where(med > 0, 1.0 / med, np.nan)
         out = _Values(thr, inter, att)
         self.cache[rounds] = out

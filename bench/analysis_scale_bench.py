@@ -1,10 +1,11 @@
 """How the records files and the analysis scale: 10k, 100k, 1M requests per arm.
 
-Each size runs in a child process of its own, so its peak memory (``ru_maxrss``) is that size's alone:
-two arms (B's TPOT 3% lower) of two rounds each are built as columns (no objects per request), written
-through the arm's journal and sealed into Parquet as a run does, then ``moeperf report`` does what it
-does on a saved run: ``load_run``, the run's analysis (the two-level bootstrap with the settings' default
-replicates) and both reports. Output tokens are 8-64 per request, so the token times dominate the bytes.
+Each size runs in a child process of its own: two arms (B's TPOT 3% lower) of two rounds each are built
+as columns (no objects per request), written through the arm's journal and sealed into Parquet as a run
+does; then a second process does what ``moeperf report`` does on a saved run, so its peak memory
+(``ru_maxrss``) is the report's alone: ``load_run``, the run's analysis (the two-level bootstrap with the
+settings' default replicates) and both reports. Output tokens are 8-64 per request, so the token times
+dominate the bytes.
 
     python3 -m bench.analysis_scale_bench --sizes 10000 100000 1000000
 """
@@ -47,10 +48,8 @@ def _jittered(cols: RecordColumns, rng: np.random.Generator) -> RecordColumns:
 
 
 def _one(size: int, work: Path) -> dict[str, object]:
-    from analysis.report import write_report
     from analysis.synthetic import SyntheticArm, synthetic_run, timed_columns
     from result_format.records_store import RecordJournal, seal
-    from result_format.run_result import load_run
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(size)
@@ -88,7 +87,31 @@ def _one(size: int, work: Path) -> dict[str, object]:
     result = skeleton.model_copy(update={"arms": arms, "schema_version": 3})
     (work / "result.json").write_text(result.model_dump_json())
     bytes_on_disk = sum(p.stat().st_size for p in (work / "records").glob("*.parquet"))
-    rss_before_report_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_writer_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # The report runs in a process of its own, as `moeperf report` does: its peak memory is the analysis's alone.
+    cmd = [sys.executable, "-m", "bench.analysis_scale_bench", "--report", str(work)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=HERE.parent)
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    return {
+        "requests_per_arm": size,
+        "arms": 2,
+        "rounds": rounds,
+        "token_times": int(tokens.sum()) * rounds * 2,
+        "build_columns_s": round(build_s, 3),
+        "journal_and_seal_s": round(write_s, 3),
+        "bytes_on_disk": bytes_on_disk,
+        "bytes_per_request": round(bytes_on_disk / (2 * size), 1),
+        **report,
+        "peak_rss_mb_writer": round(rss_writer_mb, 1),
+        "total_s": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _report(work: Path) -> dict[str, object]:
+    """``load_run`` and the report of a saved run, timed, with this process's peak memory."""
+    from analysis.report import write_report
+    from result_format.run_result import load_run
+
     t_load = time.perf_counter()
     loaded = load_run(work)
     for a in loaded.arms:
@@ -100,22 +123,12 @@ def _one(size: int, work: Path) -> dict[str, object]:
     comparison = analysis.comparisons[0] if analysis.comparisons else None
     tpot = comparison.metric("tpot_s_p50") if comparison is not None else None
     return {
-        "requests_per_arm": size,
-        "arms": 2,
-        "rounds": rounds,
-        "token_times": int(tokens.sum()) * rounds * 2,
-        "build_columns_s": round(build_s, 3),
-        "journal_and_seal_s": round(write_s, 3),
-        "bytes_on_disk": bytes_on_disk,
-        "bytes_per_request": round(bytes_on_disk / (2 * size), 1),
         "load_s": round(load_s, 3),
         "analysis_and_report_s": round(report_s, 3),
         "bootstrap_resamples": analysis.settings.bootstrap_resamples,
-        "peak_rss_mb_before_report": round(rss_before_report_mb, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb_report": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "tpot_p50_ratio_b_over_a": None if tpot is None else tpot.ratio,
         "tpot_p50_verdict": None if tpot is None else tpot.verdict,
-        "total_s": round(time.perf_counter() - t0, 3),
     }
 
 
@@ -124,8 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=HERE / "results")
     ns = p.parse_args(argv)
+    if ns.report is not None:
+        print(json.dumps(_report(ns.report)))
+        return 0
     if ns.child is not None:
         print(json.dumps(_one(ns.child, ns.work)))
         return 0

@@ -162,6 +162,9 @@ def token_events(records: RecordColumns) -> tuple[np.ndarray, np.ndarray, np.nda
     has_end = ~np.isnan(records.end_s)
     timed = counts > 0
     lengths = np.where(timed, counts, has_end.astype(np.int64))
+    if np.array_equal(lengths, counts):  # every event is a timed token: the times as they are, no copy
+        weights = np.repeat(n / np.maximum(counts, 1), counts)
+        return records.token_times_s, weights, records.token_offsets
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     times = np.empty(int(offsets[-1]))
@@ -200,7 +203,7 @@ def arm_rates(
     cols = as_columns(records)
     keys = replay_keys(cols)
     times, weights, offsets = token_events(cols)
-    event_owner = np.repeat(np.arange(len(cols)), np.diff(offsets))
+    event_owner = np.repeat(np.arange(len(cols), dtype=np.int32), np.diff(offsets))
     met_all = slo_met(cols, slo) if slo is not None else None
     spans, tok_b, req_b, good_b = [], [], [], []
     for key in np.unique(keys):

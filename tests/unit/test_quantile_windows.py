@@ -45,6 +45,13 @@ def test_windowed_quantiles_are_the_exact_ones(monkeypatch, n, sigmas, rounds):
     assert np.isnan(windowed[-1]).all()  # a replicate that drew nothing has no quantile
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 4000])
+def test_the_estimate_of_a_large_family_is_the_exact_one(monkeypatch, n):
+    arm = _arm(n, seed=n + 1)
+    exact, selected = _both(monkeypatch, arm, np.ones((1, n), dtype=np.int64), [1], 5.0)
+    assert np.array_equal(exact, selected, equal_nan=True)
+
+
 def test_chunked_bootstrap_draws_what_one_call_draws_when_one_chunk_holds_it(monkeypatch):
     arm = _arm(300, seed=3)
     everyone = np.arange(arm.n)
