@@ -22,7 +22,7 @@ import numpy as np
 from analysis.quantile_windows import Family, merge_runs, owners_of
 from experiment.slo import SloSpec, slo_met
 from result_format.run_result import ArmResult
-from workloads.metrics import token_events
+from workloads.metrics import token_event_weight, token_events
 from workloads.record_columns import NO_INT, RecordColumns, as_columns
 from workloads.records import RequestRecord
 
@@ -53,7 +53,7 @@ class ArmSamples:
     rounds: np.ndarray  # int per request
     slots: np.ndarray  # schedule slot per request (``record_slot``): the same request in every arm and round
     token_times_s: FloatArray  # arrival of every timed output token, request after request
-    token_weights: FloatArray  # tokens each arrival stands for (server's count / timed tokens)
+    token_weight: FloatArray  # per request, tokens each of its arrivals stands for (server's count / timed tokens)
     token_offsets: np.ndarray  # request i owns token_times_s[token_offsets[i]:token_offsets[i + 1]]
     _families: dict[tuple[int, ...] | None, dict[str, Family]] = field(default_factory=dict, compare=False, repr=False)
     cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
@@ -136,7 +136,7 @@ class ArmSamples:
         mask = np.zeros(self.n, dtype=bool)
         mask[idx] = True
         keep = mask[self.token_owner]
-        return self.token_times_s[keep], self.token_weights[keep]
+        return self.token_times_s[keep], self.token_weight[self.token_owner[keep]]
 
     @cached_property
     def token_owner(self) -> np.ndarray:
@@ -224,7 +224,7 @@ def arm_samples(
     ok = cols.select(cols.ok & ~np.isnan(cols.ttft_s) & ~np.isnan(cols.e2e_s))
     shift = _level_shifts(ok)
     itl_flat, itl_offsets = ok.itl
-    times, weights, tok_offsets = token_events(ok)
+    times, _, tok_offsets = token_events(ok)
     return ArmSamples(
         name=name,
         ttft_s=ok.ttft_s,
@@ -239,7 +239,7 @@ def arm_samples(
         rounds=ok.round.astype(np.int64),
         slots=record_slots(ok, stride),
         token_times_s=times + np.repeat(shift, np.diff(tok_offsets)) if shift.any() else times,
-        token_weights=weights,
+        token_weight=token_event_weight(ok),
         token_offsets=tok_offsets,
     )
 
@@ -287,7 +287,7 @@ def from_arrays(
         rounds=np.zeros(ttft.size, dtype=np.int64) if rounds is None else np.asarray(rounds, dtype=np.int64),
         slots=np.arange(ttft.size, dtype=np.int64) if slots is None else np.asarray(slots, dtype=np.int64),
         token_times_s=token_times,
-        token_weights=np.ones(token_times.size),
+        token_weight=np.ones(ttft.size),
         token_offsets=tok_offsets,
     )
 
@@ -314,6 +314,6 @@ def subset(arm: ArmSamples, idx: np.ndarray, name: str | None = None) -> ArmSamp
         rounds=arm.rounds[idx],
         slots=arm.slots[idx],
         token_times_s=arm.token_times_s[keep],
-        token_weights=arm.token_weights[keep],
+        token_weight=arm.token_weight[idx],
         token_offsets=np.concatenate(([0], np.cumsum(tok_lengths))).astype(np.int64),
     )

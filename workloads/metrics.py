@@ -153,28 +153,32 @@ def combine_rounds(
     return RateEstimate(per_s=value, ci=ci, ci_rounds=ci_rounds, by_round=by_round)
 
 
+def token_event_weight(records: RecordColumns) -> np.ndarray:
+    """Per request, the tokens each of its events stands for (``token_events``): the count the server reported
+    over the tokens timed, or that count on the one event at its end when no token was timed."""
+    counts = records.token_counts
+    n = records.output_token_count.astype(np.float64)
+    return np.where(counts > 0, n / np.maximum(counts, 1), n)
+
+
 def token_events(records: RecordColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """When each request's output tokens arrived, each weighted so a request's total is the count the server
     reported (chunks counted as tokens when it reported none); one event at the end when no token was timed.
     Returns (times, weights, offsets): request i owns entries ``offsets[i]:offsets[i + 1]``."""
     counts = records.token_counts
-    n = records.output_token_count.astype(np.float64)
+    per_request = token_event_weight(records)
     has_end = ~np.isnan(records.end_s)
     timed = counts > 0
     lengths = np.where(timed, counts, has_end.astype(np.int64))
+    weights = np.repeat(per_request, lengths)
     if np.array_equal(lengths, counts):  # every event is a timed token: the times as they are, no copy
-        weights = np.repeat(n / np.maximum(counts, 1), counts)
         return records.token_times_s, weights, records.token_offsets
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     times = np.empty(int(offsets[-1]))
-    weights = np.empty(int(offsets[-1]))
     from_tokens = np.repeat(timed, lengths)
     times[from_tokens] = gather_csr(records.token_times_s, records.token_offsets, np.flatnonzero(timed))[0]
-    weights[from_tokens] = np.repeat(n[timed] / np.maximum(counts[timed], 1), counts[timed])
-    at_end = ~timed & has_end
-    times[~from_tokens] = records.end_s[at_end]
-    weights[~from_tokens] = n[at_end]
+    times[~from_tokens] = records.end_s[~timed & has_end]
     return times, weights, offsets
 
 
