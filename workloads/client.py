@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import defaultdict
+from array import array
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
+
+import numpy as np
 
 from workloads.health import HealthProbe
 from workloads.http1 import Http1Pool, auth_headers
@@ -35,7 +37,8 @@ from workloads.payloads import (
 )
 from workloads.prompts import request_prompt_ids
 from workloads.records import RequestRecord
-from workloads.schedule import PlannedRequest, fold_chains
+from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns, as_columns, most_within
 from workloads.sse import Exchange, classify_error, stream_completion
 from workloads.timer import PreciseTimer
 
@@ -97,7 +100,7 @@ class ClientSettings:
 
 
 def replay_deadline_s(
-    requests: Sequence[PlannedRequest], settings: ClientSettings, margin_s: float = DEADLINE_MARGIN_S
+    requests: ScheduleColumns | Sequence[PlannedRequest], settings: ClientSettings, margin_s: float = DEADLINE_MARGIN_S
 ) -> float:
     """The latest a healthy replay of ``requests`` can end, in seconds after the common start, plus a margin.
 
@@ -108,25 +111,23 @@ def replay_deadline_s(
     bound). Anything still running past this is stuck, not slow.
     """
     timeout = settings.request_timeout_s
-    ends = fold_chains(requests, lambda r: r.send_offset_s + timeout, lambda t, c: t + c.think_time_s + timeout)
-    worst = max((ends[r.index] for r in requests), default=0.0)
+    cols = as_columns(requests)
+    top, _, links_s = cols.chain_depths(timeout_s=timeout)  # per link: its think time and a timeout
+    worst = float((cols.send_offset_s[top] + timeout + links_s).max()) if len(cols) else 0.0
     if settings.max_in_flight:
         worst += math.ceil(len(requests) / settings.max_in_flight) * timeout
     return worst + margin_s
 
 
-def connections_to_open(roots: Sequence[PlannedRequest], s: ClientSettings) -> int:
+def connections_to_open(roots: np.ndarray | ScheduleColumns | Sequence[PlannedRequest], s: ClientSettings) -> int:
     """Connections to open before the first send: the in-flight cap (a closed loop's concurrency), else the
     most sends due within any ``OPEN_AHEAD_WINDOW_S`` (a burst, or the first moments of a high rate); never
-    more than the pool may hold or ``MAX_OPEN_AHEAD``. ``roots`` are in send order."""
+    more than the pool may hold or ``MAX_OPEN_AHEAD``. ``roots`` (or their send offsets) are in send order."""
+    t = roots if isinstance(roots, np.ndarray) else as_columns(roots).send_offset_s
     if s.max_in_flight:
-        want = min(s.max_in_flight, len(roots))
+        want = min(s.max_in_flight, len(t))
     else:
-        want, lo = 0, 0
-        for hi, r in enumerate(roots):
-            while r.send_offset_s - roots[lo].send_offset_s > OPEN_AHEAD_WINDOW_S:
-                lo += 1
-            want = max(want, hi - lo + 1)
+        want = most_within(t, OPEN_AHEAD_WINDOW_S)
     if s.connection_limit is not None:
         want = min(want, s.connection_limit)
     return min(want, MAX_OPEN_AHEAD)
@@ -164,18 +165,63 @@ def _record(req: PlannedRequest, s: ClientSettings, intended_s: float, **measure
     )
 
 
-def _chains(requests: Sequence[PlannedRequest]) -> tuple[list[PlannedRequest], dict[int, list[PlannedRequest]]]:
-    """Requests the dispatcher sends on time (in time order), and what each request's end releases."""
-    indices = {r.index for r in requests}
-    followers: dict[int, list[PlannedRequest]] = defaultdict(list)
-    roots: list[PlannedRequest] = []
-    for r in requests:
-        if r.after_index is not None and r.after_index in indices:
-            followers[r.after_index].append(r)
-        else:
-            roots.append(r)
-    roots.sort(key=lambda r: r.send_offset_s)
-    return roots, followers
+@dataclass(frozen=True)
+class _Chains:
+    """By position in the shard: the requests the dispatcher sends on time (in time order), and what each
+    request's end releases (``followers[offsets[p]:offsets[p + 1]]``, in schedule order). Integer arrays, so
+    a million-request shard holds no object per request until one is sent."""
+
+    roots: np.ndarray
+    followers: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, requests: ScheduleColumns) -> _Chains:
+        parent = requests.parent_positions()  # a predecessor in another shard: sent on its own time
+        roots = np.flatnonzero(parent < 0)
+        roots = roots[np.argsort(requests.send_offset_s[roots], kind="stable")]
+        chained = np.flatnonzero(parent >= 0)
+        followers = chained[np.argsort(parent[chained], kind="stable")]
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[chained], minlength=len(requests)))])
+        return cls(roots, followers, offsets.astype(np.int64))
+
+    def of_request(self, position: int) -> np.ndarray:
+        return self.followers[self.offsets[position] : self.offsets[position + 1]]
+
+
+class _FinishedLags(Sequence[RequestRecord]):
+    """What the health probe reads of the finished records (how many, and each one's dispatch lag), kept as
+    three floats a record instead of the records: a million-request replay must not grow by its records.
+    Items are made on demand and hold only the send times and the cap wait."""
+
+    def __init__(self) -> None:
+        self._intended_s, self._actual_s, self._cap_wait_s = array("d"), array("d"), array("d")
+
+    def append(self, rec: RequestRecord) -> None:
+        self._intended_s.append(rec.intended_send_s)
+        self._actual_s.append(float("nan") if rec.actual_send_s is None else rec.actual_send_s)
+        self._cap_wait_s.append(rec.cap_wait_s)
+
+    def __len__(self) -> int:
+        return len(self._intended_s)
+
+    @overload
+    def __getitem__(self, i: int) -> RequestRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[RequestRecord]: ...
+    def __getitem__(self, i: int | slice) -> RequestRecord | Sequence[RequestRecord]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self))[i]]
+        actual = self._actual_s[i]
+        return RequestRecord.model_construct(  # a stand-in: only the fields the lag is computed from are real
+            index=i,
+            arm="",
+            prompt_tokens_requested=0,
+            output_tokens_requested=0,
+            intended_send_s=self._intended_s[i],
+            actual_send_s=None if math.isnan(actual) else actual,
+            cap_wait_s=self._cap_wait_s[i],
+        )
 
 
 def _pool(s: ClientSettings) -> Http1Pool:
@@ -191,7 +237,7 @@ class _Replay:
 
     def __init__(
         self,
-        requests: Sequence[PlannedRequest],
+        requests: ScheduleColumns,
         settings: ClientSettings,
         clock: ReplayClock,
         pool: Http1Pool,
@@ -201,12 +247,13 @@ class _Replay:
         self.s, self.clock, self.pool, self.timer = settings, clock, pool, timer
         self.bodies = bodies  # None: the inline path
         self.payload_stats = bodies.stats if bodies is not None else PayloadStats(mode="inline")
-        self.roots, self.followers = _chains(requests)
+        self.requests = requests  # columns; a request becomes a PlannedRequest only when it is about to be sent
+        self.chains = _Chains.of(requests)
         self.planned = len(requests)
         # Records as they finish, and at most one exception: the first a task of this replay raised.
         self.done: asyncio.Queue[RequestRecord | ReplayFailed] = asyncio.Queue()
         self.failed = False
-        self.finished: list[RequestRecord] = []
+        self.finished = _FinishedLags()  # what the health probe needs of them; the records go out through ``done``
         self.enough_finished = asyncio.Event()  # for the test-only injected fault
         self.engine_down = asyncio.Event()  # set on the first refused connection: stop sending
         self.limit = asyncio.Semaphore(settings.max_in_flight) if settings.max_in_flight else None
@@ -218,26 +265,30 @@ class _Replay:
         nor on a body (a late one is awaited by its own task)."""
         s, clock, timer = self.s, self.clock, self.timer
         await self._prepare()
-        for sent, req in enumerate(self.roots):
+        roots = self.chains.roots
+        for sent in range(len(roots)):  # by index into the array: no list of a million ints
+            pos = int(roots[sent])
             if s.fail_dispatch_after_records is not None and sent >= s.fail_dispatch_after_records:
                 if len(self.finished) < s.fail_dispatch_after_records:
                     await self.enough_finished.wait()  # those sent so far are on record: the test knows what to expect
                 raise InjectedDispatchFault(f"injected dispatcher fault after {s.fail_dispatch_after_records} records")
-            body = self._body(req)
+            req = self.requests.request(pos)
+            body = self._body(req, pos)
             await sleep_until(clock, req.send_offset_s, s.spin_s, timer)
             if self.engine_down.is_set():
                 _drop(body)
-                await self._not_sent(req, req.send_offset_s)
+                await self._not_sent(req, pos, req.send_offset_s)
                 continue
-            self._spawn(self._send(req, req.send_offset_s, body), f"request #{req.index}")
+            self._spawn(self._send(req, pos, req.send_offset_s, body), f"request #{req.index}")
 
     async def _prepare(self) -> None:
         """While nothing is due: let the producer fill its window and open the connections the start needs,
         for at most the time left before the first send."""
-        wait_s = self.roots[0].send_offset_s - self.clock.now_s() if self.roots else 0.0
+        roots_s = self.requests.send_offset_s[self.chains.roots]
+        wait_s = float(roots_s[0]) - self.clock.now_s() if len(roots_s) else 0.0
         if wait_s <= 0:
             return
-        jobs: list[Coroutine[Any, Any, Any]] = [self.pool.open(connections_to_open(self.roots, self.s))]
+        jobs: list[Coroutine[Any, Any, Any]] = [self.pool.open(connections_to_open(roots_s, self.s))]
         if self.bodies is not None:
             jobs.append(self.bodies.primed())
         try:
@@ -245,17 +296,17 @@ class _Replay:
         except TimeoutError:
             pass
 
-    async def _send_chained(self, req: PlannedRequest, intended_s: float) -> None:
-        body = self._body(req)
+    async def _send_chained(self, req: PlannedRequest, pos: int, intended_s: float) -> None:
+        body = self._body(req, pos)
         await sleep_until(self.clock, intended_s, self.s.spin_s, self.timer)
-        self._spawn(self._send(req, intended_s, body), f"request #{req.index}")
+        self._spawn(self._send(req, pos, intended_s, body), f"request #{req.index}")
 
-    def _body(self, req: PlannedRequest) -> PendingBody:
+    def _body(self, req: PlannedRequest, pos: int) -> PendingBody:
         """Taken before the sleep: the producer has then until the send time to finish a body it is behind on.
         The inline path builds its dict here, on the loop (serialised at the send)."""
         if self.bodies is None:
             return _payload(self.s, req)
-        return self.bodies.take(req)
+        return self.bodies.take(req, pos)
 
     def start(self) -> asyncio.Task[None]:
         return self._spawn(self.dispatch(), "the dispatcher")
@@ -296,7 +347,7 @@ class _Replay:
             self.limit.release()
 
     # --- one request -----------------------------------------------------------------------------
-    async def _send(self, req: PlannedRequest, intended_s: float, pending: PendingBody) -> None:
+    async def _send(self, req: PlannedRequest, pos: int, intended_s: float, pending: PendingBody) -> None:
         if isinstance(pending, asyncio.Future):
             if not pending.done():  # the producer is behind: wait (the wait is send lag), never build here
                 self.payload_stats.late += 1
@@ -306,7 +357,7 @@ class _Replay:
         cap_wait_s = await self._take_slot()
         if self.engine_down.is_set():
             self._free_slot()
-            await self._not_sent(req, intended_s)
+            await self._not_sent(req, pos, intended_s)
             return
         exchange = Exchange()
         error: Exception | None = None
@@ -330,21 +381,22 @@ class _Replay:
             if measured["error_kind"] == "connect":
                 self.engine_down.set()
         rec = _record(req, self.s, intended_s, **measured)
-        await self._finish(rec)
+        await self._finish(rec, pos)
 
-    async def _not_sent(self, req: PlannedRequest, intended_s: float) -> None:
+    async def _not_sent(self, req: PlannedRequest, pos: int, intended_s: float) -> None:
         rec = _record(req, self.s, intended_s, actual_send_s=None, error=NOT_SENT_ENGINE_DOWN, error_kind="not_sent")
-        await self._finish(rec)
+        await self._finish(rec, pos)
 
-    async def _finish(self, rec: RequestRecord) -> None:
+    async def _finish(self, rec: RequestRecord, pos: int) -> None:
         """Hand the record out and release what was waiting for this request to end."""
         self.finished.append(rec)
         if self.s.fail_dispatch_after_records is not None and len(self.finished) >= self.s.fail_dispatch_after_records:
             self.enough_finished.set()
         await self.done.put(rec)
         end_s = rec.end_s if rec.end_s is not None else self.clock.now_s()
-        for f in self.followers.pop(rec.index, ()):
-            self._spawn(self._send_chained(f, end_s + f.think_time_s), f"request #{f.index}")
+        for f in self.chains.of_request(pos).tolist():  # every request ends once, so each follower goes once
+            follower = self.requests.request(f)
+            self._spawn(self._send_chained(follower, f, end_s + follower.think_time_s), f"request #{follower.index}")
 
     async def next_record(self) -> RequestRecord:
         """The next finished record; raises when a task failed or the deadline passed.
@@ -378,7 +430,7 @@ class _Replay:
 
 
 async def replay(
-    requests: Sequence[PlannedRequest],
+    requests: ScheduleColumns | Sequence[PlannedRequest],
     settings: ClientSettings,
     start_epoch_s: float,
     health: HealthProbe | None = None,
@@ -395,7 +447,10 @@ async def replay(
     ``settings.deadline_s``, each after yielding the records finished before it. ``clock``: the
     replay's clock, by default ``ReplayClock(start_epoch_s)``; tests inject one to pass a deadline.
     Pass a ``PayloadStats`` to learn how the bodies were built (how many were late, on which threads).
+    ``requests``: columns (a shard as the driver sends it), or a list of requests; either way a request is
+    made an object only when it is about to be sent, and a record is kept only until it is handed out.
     """
+    requests = as_columns(requests)
     clock = ReplayClock(start_epoch_s) if clock is None else clock
     pool = _pool(settings)
     try:

@@ -8,10 +8,12 @@ bytes) in the order the dispatcher will want them, a bounded window ahead; the d
 finished ``bytes`` at the send time. Prompts never depend on responses, so chained requests (closed loop,
 multi-turn) are built ahead too.
 
-The window is bounded by count and by bytes (``ahead_count``, ``ahead_bytes``): a million-request schedule
-never sits in memory. A body taken before it is built (the producer fell behind) is built next, ahead of
-the window, and handed over as a future: the loop waits for it without building anything, and the wait
-shows as send lag, which is honest; ``PayloadStats.late`` counts such requests.
+The window is bounded by count and by bytes (``ahead_count``, ``ahead_bytes``): a million-request schedule's
+bodies never sit in memory, nor its requests as objects: the producer reads the shard's columns
+(``ScheduleColumns``), keeps its bookkeeping by position in numpy arrays, and makes each request's
+``PlannedRequest`` only to build its body. A body taken before it is built (the producer fell behind) is
+built next, ahead of the window, and handed over as a future: the loop waits for it without building
+anything, and the wait shows as send lag, which is honest; ``PayloadStats.late`` counts such requests.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from workloads.prompts import ids_json, request_prompt_array
-from workloads.schedule import PlannedRequest, fold_chains
+from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns, as_columns
 
 DEFAULT_AHEAD_COUNT = 2048
 DEFAULT_AHEAD_BYTES = 64 << 20  # 1,600 bodies of 8,000 tokens of a 150k vocabulary
@@ -75,13 +80,20 @@ def _frame(model: str, max_tokens: int) -> tuple[bytes, bytes]:
     return head + b"[", b"]" + tail
 
 
-def build_order(requests: Sequence[PlannedRequest]) -> list[PlannedRequest]:
-    """Requests in the order they are expected to be sent: by their earliest possible send time, then by
-    depth in their chain. A chained request can go no earlier than its root's offset plus the think times
-    on the way (responses take time, so it usually goes later); a closed loop with no think time thus builds
-    every user's first request, then every user's second, and so on."""
-    key = fold_chains(requests, lambda r: (r.send_offset_s, 0), lambda k, c: (k[0] + c.think_time_s, k[1] + 1))
-    return sorted(requests, key=lambda r: (*key[r.index], r.index))
+def build_order(requests: ScheduleColumns | Sequence[PlannedRequest]) -> list[PlannedRequest]:
+    """``build_order_positions`` as the requests themselves (for small schedules and tests)."""
+    cols = as_columns(requests)
+    return [cols.request(int(p)) for p in build_order_positions(cols)]
+
+
+def build_order_positions(requests: ScheduleColumns) -> np.ndarray:
+    """Positions of the requests in the order they are expected to be sent: by their earliest possible send
+    time, then by depth in their chain, then by index. A chained request can go no earlier than its root's
+    offset plus the think times on the way (responses take time, so it usually goes later); a closed loop
+    with no think time thus builds every user's first request, then every user's second, and so on."""
+    top, depth, think_s = requests.chain_depths()
+    earliest_s = requests.send_offset_s[top] + think_s
+    return np.lexsort((requests.index, depth, earliest_s))
 
 
 @dataclass
@@ -111,7 +123,7 @@ class BodyProducer:
 
     def __init__(
         self,
-        requests: Sequence[PlannedRequest],
+        requests: ScheduleColumns | Sequence[PlannedRequest],
         build: Callable[[PlannedRequest], bytes],
         loop: asyncio.AbstractEventLoop,
         ahead_count: int = DEFAULT_AHEAD_COUNT,
@@ -120,17 +132,19 @@ class BodyProducer:
     ) -> None:
         if ahead_count < 1 or ahead_bytes < 1:
             raise ValueError("the window must hold at least one body")
-        self._requests, self._build, self._loop = requests, build, loop
+        self._requests, self._build, self._loop = as_columns(requests), build, loop
         self._ahead_count, self._ahead_bytes = ahead_count, ahead_bytes
         self.stats = stats if stats is not None else PayloadStats()
         self._cv = threading.Condition()
-        self._order: list[PlannedRequest] | None = None  # computed on the thread: a million-request sort is slow
+        # Everything below is by position in the shard, not by request index.
+        self._order: np.ndarray | None = None  # computed on the thread: a million-request sort takes a while
         self._next = 0
-        self._claimed: set[int] = set()  # built, being built, or demanded and queued
+        self._claimed = np.zeros(len(self._requests), dtype=bool)  # built, being built, or demanded and queued
         self._ready: dict[int, bytes | Exception] = {}  # an exception: that request's build failed
         self._ready_bytes = 0
         self._waiters: dict[int, asyncio.Future[bytes]] = {}
-        self._demand: deque[PlannedRequest] = deque()
+        self._demand: deque[int] = deque()
+        self._by_index: tuple[np.ndarray, np.ndarray] | None = None  # (sorted indices, their positions), on demand
         self._error: BaseException | None = None
         self._closed = False
         self._primed = asyncio.Event()
@@ -152,12 +166,14 @@ class BodyProducer:
         await self._primed.wait()
 
     # --- the loop's side -------------------------------------------------------------------------------
-    def take(self, req: PlannedRequest) -> bytes | asyncio.Future[bytes]:
-        """The request's body if built (it leaves the window), else a future the thread completes."""
+    def take(self, req: PlannedRequest, position: int | None = None) -> bytes | asyncio.Future[bytes]:
+        """The request's body if built (it leaves the window), else a future the thread completes.
+        ``position``: the request's position in the shard (the replay knows it; else it is looked up)."""
+        pos = self._position(req.index) if position is None else position
         with self._cv:
             if self._error is not None:
                 raise RuntimeError(f"building request bodies failed: {self._error!r}") from self._error
-            body = self._ready.pop(req.index, None)
+            body = self._ready.pop(pos, None)
             if isinstance(body, Exception):  # always raised by the request's own task, built yet or not
                 self._cv.notify()
                 failed: asyncio.Future[bytes] = self._loop.create_future()
@@ -167,41 +183,51 @@ class BodyProducer:
                 self._ready_bytes -= len(body)
                 self._cv.notify()
                 return body
-            if req.index in self._waiters:
+            if pos in self._waiters:
                 raise RuntimeError(f"request #{req.index}: body taken twice")
             fut: asyncio.Future[bytes] = self._loop.create_future()
-            self._waiters[req.index] = fut
-            if req.index not in self._claimed:
-                self._claimed.add(req.index)
-                self._demand.append(req)
+            self._waiters[pos] = fut
+            if not self._claimed[pos]:
+                self._claimed[pos] = True
+                self._demand.append(pos)
                 self.stats.demanded += 1
                 self._cv.notify()
             return fut
 
+    def _position(self, index: int) -> int:
+        if self._by_index is None:
+            order = np.argsort(self._requests.index, kind="stable")
+            self._by_index = (self._requests.index[order], order)
+        keys, positions = self._by_index
+        k = int(np.searchsorted(keys, index))
+        if k == len(keys) or keys[k] != index:
+            raise KeyError(f"request #{index} is not in this replay")
+        return int(positions[k])
+
     # --- the thread ------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            order = build_order(self._requests)
+            order = build_order_positions(self._requests)
             with self._cv:
                 self._order = order
-            while (req := self._next_to_build()) is not None:
+            while (pos := self._next_to_build()) is not None:
                 t = time.thread_time()
                 try:
-                    body: bytes | Exception = self._build(req)
+                    body: bytes | Exception = self._build(self._requests.request(pos))
                 except Exception as e:  # that request cannot be built: it fails when it is sent, the rest go on
                     body = e
                 self.stats.build_s += time.thread_time() - t
-                self._deliver(req, body)
+                self._deliver(pos, body)
         except BaseException as e:  # noqa: BLE001 - handed to the loop: the producer itself broke
             self._fail(e)
 
-    def _next_to_build(self) -> PlannedRequest | None:
+    def _next_to_build(self) -> int | None:
         with self._cv:
             while not self._closed:
                 if self._demand:
                     return self._demand.popleft()
                 assert self._order is not None
-                while self._next < len(self._order) and self._order[self._next].index in self._claimed:
+                while self._next < len(self._order) and self._claimed[self._order[self._next]]:
                     self._next += 1
                 if self._next == len(self._order):
                     self._set_primed()
@@ -211,19 +237,19 @@ class BodyProducer:
                     self._set_primed()
                     self._cv.wait()
                     continue
-                req = self._order[self._next]
-                self._claimed.add(req.index)
+                pos = int(self._order[self._next])
+                self._claimed[pos] = True
                 self._next += 1
-                return req
+                return pos
             return None
 
-    def _deliver(self, req: PlannedRequest, body: bytes | Exception) -> None:
+    def _deliver(self, pos: int, body: bytes | Exception) -> None:
         with self._cv:
             self.stats.built += 1
             self.stats.threads.add(threading.get_ident())
-            fut = self._waiters.pop(req.index, None)
+            fut = self._waiters.pop(pos, None)
             if fut is None:
-                self._ready[req.index] = body
+                self._ready[pos] = body
                 self._ready_bytes += len(body) if isinstance(body, bytes) else 0
                 self.stats.max_ready = max(self.stats.max_ready, len(self._ready))
                 self.stats.max_ready_bytes = max(self.stats.max_ready_bytes, self._ready_bytes)

@@ -1,13 +1,13 @@
 """The replay plan: what to send and when, decided before any engine starts.
 
-Keeping the plan a plain, deterministic list means every arm gets byte-for-byte the same
-requests, and client actors can each take a shard of it without talking to each other.
+Keeping the plan deterministic means every arm gets byte-for-byte the same requests, and client
+actors can each take a shard of it without talking to each other. ``PlannedRequest`` is the model
+of one request (its field descriptions are the schema); a whole plan is held as columns
+(``workloads.schedule_columns.ScheduleColumns``), and ``shard`` here is the list form of its
+sharding rule, the reference the columns are tested against.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 from pydantic import Field
 
@@ -50,40 +50,6 @@ class TraceRow(FrozenStrictModel):
         None, description="Position (in this trace) of the request whose answer this one continues."
     )
     line: int | None = Field(None, description="Line of the trace file it came from, for error messages.")
-
-
-def chain_root(requests: list[PlannedRequest], index: int) -> int:
-    by_index = {r.index: r for r in requests}
-    r = by_index[index]
-    while r.after_index is not None:
-        r = by_index[r.after_index]
-    return r.index
-
-
-T = TypeVar("T")
-
-
-def fold_chains(
-    requests: Sequence[PlannedRequest], root: Callable[[PlannedRequest], T], step: Callable[[T, PlannedRequest], T]
-) -> dict[int, T]:
-    """A value for every request, carried down its ``after_index`` chain: ``root(r)`` for a request that waits
-    on nothing in ``requests``, ``step(value of the request it waits on, r)`` for the others. Chains are walked
-    up iteratively (they can be long) and each value is computed once; a cycle raises ``ValueError``."""
-    by_index = {r.index: r for r in requests}
-    values: dict[int, T] = {}
-    for r in requests:
-        chain = []
-        while r.index not in values and r.after_index is not None and r.after_index in by_index:
-            chain.append(r)
-            if len(chain) > len(by_index):
-                raise ValueError(f"request #{r.index}: after_index chain has a cycle")
-            r = by_index[r.after_index]
-        if r.index not in values:
-            values[r.index] = root(r)
-        v = values[r.index]
-        for c in reversed(chain):
-            v = values[c.index] = step(v, c)
-    return values
 
 
 def shard(requests: list[PlannedRequest], num_shards: int, shard_index: int) -> list[PlannedRequest]:

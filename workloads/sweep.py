@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from common.strict import FrozenStrictModel
 from workloads.levels import AnyLoadLevel, LoadLevel
-from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, WorkloadSpec, build_schedule
 
@@ -72,12 +72,12 @@ class LevelPlan:
 
     index: int | None  # position in sweep.levels; None: no sweep
     label: str
-    requests: list[PlannedRequest]
+    requests: ScheduleColumns
     schedule: Schedule | None = None  # what building it clipped and skipped (a sweep level's own schedule)
 
     @property
     def warmup_requests(self) -> int:
-        return sum(1 for r in self.requests if r.warmup)
+        return int(self.requests.warmup.sum())
 
 
 def level_workload(level: AnyLoadLevel, workload: WorkloadSpec) -> WorkloadSpec:
@@ -118,7 +118,7 @@ def plan_level(
             "requests/duration_s or give the workload more (e.g. workload.trace.num_requests)",
         )
     k = level.warmup_count(len(schedule.requests), sweep.warmup_fraction)
-    requests = [r.model_copy(update={"warmup": True}) if r.index < k else r for r in schedule.requests]
+    requests = schedule.requests.with_warmup(schedule.requests.warmup | (schedule.requests.index < k))
     return LevelPlan(index=index, label=level.label(), requests=requests, schedule=schedule)
 
 
@@ -128,14 +128,14 @@ def plan_levels(sweep: SweepSpec, workload: WorkloadSpec, base_dir: Path | None)
 
 
 def sweep_schedule(levels: list[LevelPlan]) -> Schedule:
-    """One schedule standing for a sweep's levels (stored as schedule.json): every level's requests in sweep
+    """One schedule standing for a sweep's levels (stored as schedule.parquet): every level's requests in sweep
     order, each request's ``index`` its position in its level, and what the levels clipped and skipped, summed."""
     skipped: dict[str, int] = {}
     for lv in levels:
         for k, v in (lv.schedule.skipped if lv.schedule else {}).items():
             skipped[k] = skipped.get(k, 0) + v
     return Schedule(
-        requests=[r for lv in levels for r in lv.requests],
+        requests=ScheduleColumns.concat([lv.requests for lv in levels]),
         clipped_input=sum(lv.schedule.clipped_input for lv in levels if lv.schedule),
         clipped_output=sum(lv.schedule.clipped_output for lv in levels if lv.schedule),
         clipped_context=sum(lv.schedule.clipped_context for lv in levels if lv.schedule),

@@ -7,17 +7,18 @@ scaling -> lengths scaled into the engine and clipped (each clip counted, never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from common.strict import FrozenStrictModel, StrictModel
+from common.strict import FrozenStrictModel
 from workloads.arrivals import ArrivalError, ArrivalSpec, plan_arrivals
 from workloads.arrivals.trace import TraceArrivalSpec
-from workloads.schedule import PlannedRequest, TraceRow
-from workloads.traces import TraceFormatError, TraceSpec, read_trace
+from workloads.schedule_columns import ScheduleColumns
+from workloads.traces import TraceColumns, TraceFormatError, TraceSpec, read_trace_columns
 from workloads.traces.azure import AzureTraceSpec
 
 
@@ -65,48 +66,63 @@ class WorkloadSpec(FrozenStrictModel):
         return self
 
 
-class Schedule(StrictModel):
-    requests: list[PlannedRequest]
-    clipped_input: int = Field(description="Requests whose prompt was clipped to max_input_tokens.")
-    clipped_output: int = Field(description="Requests whose output was clipped to max_output_tokens.")
-    clipped_context: int = Field(0, description="Requests cut to fit max_model_len (prompt + output).")
-    skipped: dict[str, int] = Field(
-        default_factory=dict, description="Trace rows left out on purpose, by reason (loader, window, sample)."
-    )
+@dataclass(frozen=True)
+class Schedule:
+    """The replay plan (``requests``, as columns) and what building it cut or left out, counted."""
+
+    requests: ScheduleColumns
+    clipped_input: int  # requests whose prompt was clipped to max_input_tokens
+    clipped_output: int  # requests whose output was clipped to max_output_tokens
+    clipped_context: int = 0  # requests cut to fit max_model_len (prompt + output)
+    skipped: dict[str, int] = field(default_factory=dict)  # trace rows left out on purpose, by reason
 
     @property
     def duration_s(self) -> float:
-        return max((r.send_offset_s for r in self.requests), default=0.0)
+        return self.requests.duration_s
+
+    def counts(self) -> dict[str, Any]:
+        """Everything but the requests: what the run folder keeps beside the columns."""
+        return {
+            "clipped_input": self.clipped_input,
+            "clipped_output": self.clipped_output,
+            "clipped_context": self.clipped_context,
+            "skipped": dict(self.skipped),
+        }
 
 
 _SAMPLE_SEED_DOMAIN = 0x5A3
 
 
-def _roots(rows: list[TraceRow]) -> list[int]:
-    """Root position of every row's chain (a row's predecessor always comes before it)."""
-    root: list[int] = []
-    for i, r in enumerate(rows):
-        root.append(i if r.follows is None else root[r.follows])
-    return root
+def _roots(follows: np.ndarray) -> np.ndarray:
+    """Root position of every row's chain (a row's predecessor always comes before it): pointer jumping, log2 of
+    the longest chain whole-array steps."""
+    root = np.where(follows >= 0, follows, np.arange(len(follows)))
+    while True:
+        up = root[root]
+        if np.array_equal(up, root):
+            return root
+        root = up
 
 
-def _select(rows: list[TraceRow], spec: WorkloadSpec, skipped: dict[str, int]) -> list[int]:
-    root = _roots(rows)
-    keep = list(range(len(rows)))
+def _select(trace: TraceColumns, spec: WorkloadSpec, skipped: dict[str, int]) -> np.ndarray:
+    """Positions of the kept rows, in trace order."""
+    root = _roots(trace.follows)
+    keep = np.arange(len(trace))
     if spec.window_start_s is not None or spec.window_end_s is not None:
         lo = spec.window_start_s or 0.0
         hi = spec.window_end_s if spec.window_end_s is not None else float("inf")
-        if any(r.arrival_s is None for r in rows):
+        if not trace.timed.all():
             raise ArrivalError("a time window needs a trace with timestamps")
-        keep = [i for i in keep if lo <= (rows[root[i]].arrival_s or 0.0) < hi]
-        skipped["outside time window"] = len(rows) - len(keep)
+        t = trace.arrival_s[root]
+        keep = keep[(lo <= t) & (t < hi)]
+        skipped["outside time window"] = len(trace) - len(keep)
     if spec.sample_requests is not None:
-        roots = sorted({root[i] for i in keep})
+        roots = np.unique(root[keep])
         if spec.sample_requests < len(roots):
             rng = np.random.default_rng([spec.seed, _SAMPLE_SEED_DOMAIN])
-            chosen = set(rng.choice(roots, size=spec.sample_requests, replace=False).tolist())
+            chosen = rng.choice(roots, size=spec.sample_requests, replace=False)
             before = len(keep)
-            keep = [i for i in keep if root[i] in chosen]
+            keep = keep[np.isin(root[keep], chosen)]
             skipped["not sampled"] = before - len(keep)
     if spec.first_requests is not None and spec.first_requests < len(keep):
         skipped["beyond first_requests"] = len(keep) - spec.first_requests
@@ -114,26 +130,34 @@ def _select(rows: list[TraceRow], spec: WorkloadSpec, skipped: dict[str, int]) -
     return keep
 
 
-def _prompt(row: TraceRow, spec: WorkloadSpec) -> tuple[int, tuple[tuple[int, int], ...]]:
-    total = max(1, round(row.input_tokens * spec.input_scale))
-    blocks, used = [], 0
-    for key, n in row.shared_blocks:
-        n = min(max(1, round(n * spec.input_scale)), total - used)
-        if n <= 0:
-            break
-        blocks.append((key, n))
-        used += n
-    return total, tuple(blocks)
+def _segment_starts(offsets: np.ndarray) -> np.ndarray:
+    """For every block of a CSR layout, the cumulative sum of its values before its own request starts."""
+    return np.repeat(offsets[:-1], np.diff(offsets))
 
 
-def _truncate(blocks: tuple[tuple[int, int], ...], total: int) -> tuple[tuple[int, int], ...]:
-    out, used = [], 0
-    for key, n in blocks:
-        if used >= total:
-            break
-        out.append((key, min(n, total - used)))
-        used += n
-    return tuple(out)
+def _blocks_before(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For every block, the sum of the values of the blocks before it in its own request."""
+    cum = np.concatenate([[0], np.cumsum(values)])
+    return cum[:-1] - cum[_segment_starts(offsets)]
+
+
+def _scaled_blocks(
+    keys: np.ndarray, tokens: np.ndarray, offsets: np.ndarray, total: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each prompt's blocks scaled like the prompt, each at least one token, cut to its unscaled length."""
+    return _truncate(keys, np.maximum(1, np.rint(tokens * scale).astype(np.int64)), offsets, total)
+
+
+def _truncate(
+    keys: np.ndarray, tokens: np.ndarray, offsets: np.ndarray, total: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks cut to their prompt's length ``total``: one starting at or past it dropped, the one crossing it
+    shortened (CSR in, CSR out)."""
+    owner = np.repeat(np.arange(len(total)), np.diff(offsets))
+    room = total[owner] - _blocks_before(tokens, offsets)
+    keep = room > 0
+    counts = np.bincount(owner[keep], minlength=len(total))
+    return keys[keep], np.minimum(tokens, room)[keep], np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
 def build_schedule(spec: WorkloadSpec, base_dir: Path | None = None) -> Schedule:
@@ -145,30 +169,28 @@ def build_schedule(spec: WorkloadSpec, base_dir: Path | None = None) -> Schedule
 
 
 def _build(spec: WorkloadSpec, base_dir: Path | None) -> Schedule:
-    loaded = read_trace(spec.trace, base_dir)
-    skipped = {k: v for k, v in loaded.skipped.items()}
-    rows = loaded.rows
-    keep = _select(rows, spec, skipped)
-    if not keep:
+    trace, loaded_skipped = read_trace_columns(spec.trace, base_dir)
+    skipped = dict(loaded_skipped)
+    keep = _select(trace, spec, skipped)
+    if not len(keep):
         raise TraceFormatError(getattr(spec.trace, "path", spec.trace.kind), f"no requests left (skipped: {skipped})")
-    new_index = {pos: i for i, pos in enumerate(keep)}
-    offsets, after = _timing(rows, keep, new_index, spec)
-    requests: list[PlannedRequest] = []
+    send_offset_s, after = _timing(trace, keep, spec)
+    kept = _rows(trace, keep)
     clips = _Clips()
-    for p in keep:
-        i = new_index[p]
-        prompt, out, blocks = _lengths(rows[p], spec, clips)
-        requests.append(
-            PlannedRequest(
-                index=i,
-                send_offset_s=offsets.get(p, 0.0),
-                prompt_tokens=prompt,
-                max_tokens=out,
-                shared_blocks=_truncate(blocks, prompt),
-                after_index=after.get(i),
-                think_time_s=spec.think_time_s if i in after else 0.0,
-            )
-        )
+    prompt, out, (keys, tokens, offsets) = _lengths(kept, spec, clips)
+    keys, tokens, offsets = _truncate(keys, tokens, offsets, prompt)
+    requests = ScheduleColumns(
+        index=np.arange(len(keep)),
+        send_offset_s=send_offset_s,
+        prompt_tokens=prompt,
+        max_tokens=out,
+        after_index=after,
+        think_time_s=np.where(after >= 0, spec.think_time_s, 0.0),
+        warmup=np.zeros(len(keep), dtype=bool),
+        block_keys=keys,
+        block_tokens=tokens,
+        block_offsets=offsets,
+    )
     return Schedule(
         requests=requests,
         clipped_input=clips.input,
@@ -178,24 +200,53 @@ def _build(spec: WorkloadSpec, base_dir: Path | None) -> Schedule:
     )
 
 
-def _timing(
-    rows: list[TraceRow], keep: list[int], new_index: dict[int, int], spec: WorkloadSpec
-) -> tuple[dict[int, float], dict[int, int]]:
-    """Send offsets of the requests that open a chain (by trace position), and who waits for whom.
+def _rows(trace: TraceColumns, keep: np.ndarray) -> TraceColumns:
+    """The kept rows (``follows`` left as trace positions)."""
+    starts, ends = trace.block_offsets[keep], trace.block_offsets[keep + 1]
+    counts = ends - starts
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    flat = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+    return TraceColumns(
+        arrival_s=trace.arrival_s[keep],
+        input_tokens=trace.input_tokens[keep],
+        output_tokens=trace.output_tokens[keep],
+        follows=trace.follows[keep],
+        block_keys=trace.block_keys[flat],
+        block_tokens=trace.block_tokens[flat],
+        block_offsets=offsets,
+    )
+
+
+def _timing(trace: TraceColumns, keep: np.ndarray, spec: WorkloadSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Send offsets (0 for a chained request: its time comes from its predecessor's end) and who waits for whom
+    (``after_index``, -1: nobody), by new index.
 
     A request whose predecessor was kept is chained to it; every other one gets its time from the
     arrival process. A closed loop adds chains of its own: each user sends its next request when
     its last one has finished.
     """
-    open_pos = [p for p in keep if rows[p].follows is None or rows[p].follows not in new_index]
+    new_index = np.full(len(trace), -1, dtype=np.int64)
+    new_index[keep] = np.arange(len(keep))
+    follows = trace.follows[keep]
+    pred = np.where(follows >= 0, new_index[np.maximum(follows, 0)], -1)
+    is_open = pred < 0
     t0 = spec.window_start_s or 0.0
-    times = [None if rows[p].arrival_s is None else (rows[p].arrival_s or 0.0) - t0 for p in open_pos]
+    arrival = trace.arrival_s[keep][is_open]
+    untimed = np.isnan(arrival)
+    times: list[float | None]
+    if untimed.all():  # no timestamps (synthetic without a rate, ShareGPT): the process makes every time
+        times = [None] * len(arrival)
+    else:
+        times = (arrival + 0.0 - t0).tolist()  # + 0.0: -0.0 becomes 0.0, as ``or 0.0`` had it
+        if untimed.any():
+            times = [None if u else t for u, t in zip(untimed.tolist(), times, strict=True)]
     plan = plan_arrivals(spec.arrival, times, spec.seed)
-    offsets = {p: plan.offsets_s[k] / spec.speedup for k, p in enumerate(open_pos)}
-    after: dict[int, int] = {new_index[p]: new_index[rows[p].follows] for p in keep if p not in offsets}  # type: ignore[index]
+    send_offset_s = np.zeros(len(keep))
+    send_offset_s[is_open] = np.asarray(plan.offsets_s, dtype=np.float64) / spec.speedup
+    after = pred.copy()
     if plan.users is not None:
-        after.update(_closed_loop_chains([new_index[p] for p in open_pos], after, plan.users))
-    return offsets, after
+        _closed_loop_chains(np.flatnonzero(is_open), after, plan.users)
+    return send_offset_s, after
 
 
 @dataclass
@@ -207,26 +258,35 @@ class _Clips:
     context: int = 0
 
 
-def _lengths(row: TraceRow, spec: WorkloadSpec, clips: _Clips) -> tuple[int, int, tuple[tuple[int, int], ...]]:
-    """Prompt and output lengths scaled into the engine and clipped to the limits, and the prompt's blocks."""
-    prompt, blocks = _prompt(row, spec)
-    out = max(1, round(row.output_tokens * spec.output_scale))
-    if spec.max_input_tokens is not None and prompt > spec.max_input_tokens:
-        prompt, clips.input = spec.max_input_tokens, clips.input + 1
-    if spec.max_output_tokens is not None and out > spec.max_output_tokens:
-        out, clips.output = spec.max_output_tokens, clips.output + 1
-    if spec.max_model_len is not None and prompt + out > spec.max_model_len:
-        prompt = min(prompt, spec.max_model_len - 1)
-        out = min(out, spec.max_model_len - prompt)
-        clips.context += 1
+def _lengths(
+    rows: TraceColumns, spec: WorkloadSpec, clips: _Clips
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Prompt and output lengths scaled into the engine and clipped to the limits, and the prompts' blocks
+    (cut to the unclipped prompt). ``np.rint`` rounds half to even, as ``round`` did."""
+    total = np.maximum(1, np.rint(rows.input_tokens * spec.input_scale).astype(np.int64))
+    blocks = _scaled_blocks(rows.block_keys, rows.block_tokens, rows.block_offsets, total, spec.input_scale)
+    prompt = total
+    out = np.maximum(1, np.rint(rows.output_tokens * spec.output_scale).astype(np.int64))
+    if spec.max_input_tokens is not None:
+        over = prompt > spec.max_input_tokens
+        clips.input = int(over.sum())
+        prompt = np.where(over, spec.max_input_tokens, prompt)
+    if spec.max_output_tokens is not None:
+        over = out > spec.max_output_tokens
+        clips.output = int(over.sum())
+        out = np.where(over, spec.max_output_tokens, out)
+    if spec.max_model_len is not None:
+        over = prompt + out > spec.max_model_len
+        clips.context = int(over.sum())
+        prompt = np.where(over, np.minimum(prompt, spec.max_model_len - 1), prompt)
+        out = np.where(over, np.minimum(out, spec.max_model_len - prompt), out)
     return prompt, out, blocks
 
 
-def _closed_loop_chains(roots: list[int], after: dict[int, int], users: int) -> dict[int, int]:
-    """Root k waits for the last request of root (k - users)'s chain: one user, one request at a time."""
-    tail = {r: r for r in roots}
-    root_of: dict[int, int] = {}
-    for i in sorted(after):
-        root_of[i] = root_of.get(after[i], after[i])
-        tail[root_of[i]] = i
-    return {roots[k]: tail[roots[k - users]] for k in range(users, len(roots))}
+def _closed_loop_chains(roots: np.ndarray, after: np.ndarray, users: int) -> None:
+    """Root k waits for the last request of root (k - users)'s chain: one user, one request at a time. The
+    chains are the trace's (``after`` as it comes in); ``after`` is filled in place."""
+    chain_root = _roots(after)
+    tail = np.arange(len(after))
+    np.maximum.at(tail, chain_root, np.arange(len(after)))  # a chain's last request is its highest index
+    after[roots[users:]] = tail[roots[: len(roots) - users]]

@@ -48,14 +48,15 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 def cmd_validate(ns: argparse.Namespace) -> int:
     from cluster.orchestration.driver import RunError, plan
+    from workloads.schedule_stats import schedule_line
 
     setup_logging(ns.log_level)
     bad = 0
     for f in ns.files:
         try:
             cfg, base_dir = load_experiment(f, {})
-            schedule = plan(cfg, base_dir)
-            print(f"{f}: ok ({len(cfg.arms)} arms, {len(schedule.requests)} requests)")
+            schedule = plan(cfg, base_dir)  # columns, read from the trace as a stream: no object per request
+            print(f"{f}: ok ({len(cfg.arms)} arms, {schedule_line(schedule)})")
         except (ConfigError, RunError) as e:
             print(f"moeperf: {e}", file=sys.stderr)
             bad += 1

@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ from workloads.health import ClientHealth
 from workloads.metrics import summarize
 from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
-from workloads.schedule import PlannedRequest, shard
+from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns, as_columns
 from workloads.sweep import LevelPlan, level_prompt_seed
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class ArmRunner:
         arm: ArmSpec,
         device: Device,
         run_dir: Path,
-        requests: list[PlannedRequest],
+        requests: ScheduleColumns | Sequence[PlannedRequest],
         on_records: OnRecords,
         observe: Callable[[RequestRecord, str], None] | None = None,
         hooks: ArmHooks | None = None,
@@ -152,9 +153,11 @@ class ArmRunner:
         self.run_id = run_dir.name
         self.flags = cfg.arm_flags(arm)
         # A round replays each level in turn (sweep order, reversed on odd rounds); without a sweep, one level
-        # holding the whole workload. ``requests``: every request of one round, over all levels.
-        self.levels = levels if levels is not None else [LevelPlan(index=None, label="all", requests=requests)]
-        self.requests = [r for lv in self.levels for r in lv.requests]
+        # holding the whole workload. ``planned_per_round``: the requests of one round, over all levels.
+        if levels is None:
+            levels = [LevelPlan(index=None, label="all", requests=as_columns(requests))]
+        self.levels = levels
+        self.planned_per_round = sum(len(lv.requests) for lv in self.levels)
         self.on_records = on_records
         self.on_level = on_level  # as each level of a round starts: the live metrics show the current level
         self.observe = observe  # per finished record, with the Ray node id of the client actor that sent it
@@ -374,7 +377,7 @@ class ArmRunner:
 
     def _consume_shard(self, rnd: _Round, client: int) -> None:
         """One consumer thread: stream a client's records to disk, then record how its shard ended."""
-        part = shard(rnd.level.requests, len(self.clients), client)
+        part = rnd.level.requests.shard(len(self.clients), client)  # numpy: no object per request
         result = ShardResult(
             round=rnd.index,
             client=client,
@@ -405,13 +408,13 @@ class ArmRunner:
             if health is not None:
                 self.client_health.append(health)
 
-    def _stream_shard(self, rnd: _Round, client: int, part: list[PlannedRequest], result: ShardResult) -> None:
+    def _stream_shard(self, rnd: _Round, client: int, part: ScheduleColumns, result: ShardResult) -> None:
         deadline_s = replay_deadline_s(part, rnd.settings, self.deadline_margin_s)
         settings = dataclasses.replace(rnd.settings, client=client, deadline_s=deadline_s)
         batches = (
             self.clients[client]
             .replay.options(num_returns="streaming")
-            .remote([r.model_dump() for r in part], settings, rnd.start_epoch_s)
+            .remote(part.to_arrays(), settings, rnd.start_epoch_s)  # a dict of arrays: pickled as buffers
         )
         give_up_at = rnd.start_epoch_s + deadline_s + self.client_grace_s  # wall clock: the start is an epoch
         while True:
@@ -555,7 +558,7 @@ class ArmRunner:
         outcome = RecordsOutcome.of(
             sealed, records, self.run_dir, self.cfg.slo, self.cfg.client.max_dispatch_lag_p99_ms
         )
-        planned = len(self.requests) * max(1, self.cfg.rounds)
+        planned = self.planned_per_round * max(1, self.cfg.rounds)
         failure = self.failure or (("interrupted", None) if interrupted else None)
         if failure is None and stopped is not None and self.rounds_done < self.cfg.rounds:
             failure = (f"run stopped after {self.rounds_done} of {self.cfg.rounds} round(s): {stopped}", None)

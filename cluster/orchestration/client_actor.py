@@ -13,6 +13,7 @@ from typing import Any
 from workloads.client import ClientSettings, replay
 from workloads.health import HealthProbe
 from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns
 
 
 class ClientActor:
@@ -27,10 +28,17 @@ class ClientActor:
         return self._health
 
     async def replay(
-        self, requests: list[dict[str, Any]], settings: ClientSettings, start_epoch_s: float
+        self, requests: dict[str, Any] | list[dict[str, Any]], settings: ClientSettings, start_epoch_s: float
     ) -> AsyncIterator[list[dict[str, Any]]]:
-        """Yield batches of finished records (as dicts); a batch is whatever finished since the last."""
-        planned = [PlannedRequest.model_validate(r) for r in requests]
+        """Yield batches of finished records (as dicts); a batch is whatever finished since the last.
+
+        ``requests``: the shard as ``ScheduleColumns.to_arrays()`` (what the driver sends: a million requests
+        pickle as a few buffers, and no object is made per request until it is sent), or a list of
+        ``PlannedRequest`` dicts."""
+        if isinstance(requests, dict):
+            planned = ScheduleColumns.from_arrays(requests)
+        else:
+            planned = ScheduleColumns.from_requests([PlannedRequest.model_validate(r) for r in requests])
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         probe = HealthProbe(client=settings.client)
 

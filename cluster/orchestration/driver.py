@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import ray
 import yaml
 
@@ -40,6 +41,8 @@ from cluster.orchestration.threads import run_in_threads
 from experiment.config import ArmSpec, ConfigError, ExperimentConfig
 from moe_opt.flags import OptimizationFlags
 from result_format.run_result import ArmResult, RunResult, ScheduleInfo, WarmupPassInfo
+from workloads.schedule_columns import ScheduleColumns
+from workloads.schedule_file import write_schedule
 from workloads.sweep import LevelPlan, plan_levels, sweep_schedule
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
@@ -147,16 +150,21 @@ def plan_run(cfg: ExperimentConfig, base_dir: Path | None) -> tuple[Schedule, li
         p = Path(path).expanduser()
         if not (p / "config.json").is_file():
             raise RunError(f"model.path: {p} is not a model directory (no config.json)")
-    too_long = [r for lv in levels for r in lv.requests if r.prompt_tokens + r.max_tokens > cfg.model.max_model_len]
+    too_long = sum(int(_too_long(lv.requests, cfg.model.max_model_len).sum()) for lv in levels)
     if too_long:
-        r = too_long[0]
+        lv = next(lv for lv in levels if _too_long(lv.requests, cfg.model.max_model_len).any())
+        r = lv.requests.request(int(np.flatnonzero(_too_long(lv.requests, cfg.model.max_model_len))[0]))
         raise RunError(
-            f"workload: {len(too_long)} request(s) need more than model.max_model_len={cfg.model.max_model_len} "
+            f"workload: {too_long} request(s) need more than model.max_model_len={cfg.model.max_model_len} "
             f"tokens (first: #{r.index}, {r.prompt_tokens} prompt + {r.max_tokens} output); lower "
             "workload.input_scale/output_scale, set workload.max_input_tokens/max_output_tokens, or set "
             "workload.max_model_len to clip to the context (clips are counted in the result)"
         )
     return schedule, levels
+
+
+def _too_long(requests: ScheduleColumns, max_model_len: int) -> np.ndarray:
+    return requests.prompt_tokens + requests.max_tokens > max_model_len
 
 
 def connect_ray(cfg: ExperimentConfig) -> bool:
@@ -236,7 +244,7 @@ class Driver:
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
         env = {"driver": node_environment()}
         (self.run_dir / "environment.json").write_text(json.dumps(env, indent=2))
-        (self.run_dir / "schedule.json").write_text(schedule.model_dump_json(indent=1))
+        write_schedule(schedule, self.run_dir)  # columns: a million requests in a few MB, not a 150 MB JSON
         return env
 
     def run(self) -> RunResult:
@@ -382,7 +390,7 @@ class Driver:
     def _round_of(self, arms: list[ArmRunner], round_index: int, measured: bool = True) -> Iterator[None]:
         """Progress and the 'arm active' metric around one round of ``arms`` (all of them at once if parallel)."""
         for position, r in enumerate(arms):
-            self.progress.begin(r.name, round_index, len(r.requests), position)
+            self.progress.begin(r.name, round_index, r.planned_per_round, position)
         active = arms if measured else []
         for r in active:
             self.metrics.arm_active(r.name, round_index, True)
@@ -476,7 +484,7 @@ class Driver:
             schedule=schedule_info(
                 schedule,
                 requests=sum(len(lv.requests) for lv in self.levels) if self.levels else len(schedule.requests),
-                duration_s=sum(max((r.send_offset_s for r in lv.requests), default=0.0) for lv in self.levels)
+                duration_s=sum(lv.requests.duration_s for lv in self.levels)
                 if self.cfg.sweep is not None
                 else schedule.duration_s,
             ),
@@ -499,11 +507,11 @@ class Driver:
                 flags_applied=r.flags_applied,
                 status="failed",
                 failure_reason=f"result could not be built: {_describe(e)} (records are in {r.records_path.name})",
-                requests_planned=len(r.requests) * self.cfg.rounds,
+                requests_planned=r.planned_per_round * self.cfg.rounds,
                 requests_sent=0,
                 requests_succeeded=0,
                 requests_failed=0,
-                requests_not_sent=len(r.requests) * self.cfg.rounds,
+                requests_not_sent=r.planned_per_round * self.cfg.rounds,
                 records_file=str(r.records_path.relative_to(self.run_dir)),
             )
 

@@ -1,7 +1,8 @@
 """``moeperf recover runs/<id>``: a valid ``result.json`` for a run whose driver died without writing one.
 
 A driver that is SIGKILLed (the OOM killer, a node lost, ``kill -9``) cannot write its result, but it wrote
-its inputs before the first engine started (``config.yaml``, ``environment.json``, ``schedule.json``) and
+its inputs before the first engine started (``config.yaml``, ``environment.json``, ``schedule.parquet``; an
+older run folder's ``schedule.json`` reads too) and
 appended every finished record to its arm's journal (``records/<arm>.arrows``) as it arrived. That is
 enough for the analysis and the reports: each journal sealed into Parquet, each arm's records summarised as
 the driver would have, under status ``interrupted``. What died with the driver is said in the result's
@@ -24,6 +25,8 @@ from cluster.orchestration.driver import schedule_info
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import JOURNAL_SUFFIX
 from result_format.run_result import ArmResult, RunResult
+from workloads.schedule_columns import SCHEDULE_FILE
+from workloads.schedule_file import ScheduleFileError, read_schedule, schedule_file
 from workloads.workload import Schedule
 
 RECOVERED_ERROR = "the driver ended without writing its result; rebuilt from records/ by moeperf recover"
@@ -34,13 +37,15 @@ def _iso(t_s: float) -> str:
 
 
 def _inputs(run_dir: Path) -> tuple[ExperimentConfig, dict[str, Any], Schedule]:
-    missing = [f for f in ("config.yaml", "schedule.json") if not (run_dir / f).exists()]
+    missing = [] if (run_dir / "config.yaml").exists() else ["config.yaml"]
+    if schedule_file(run_dir) is None:
+        missing.append(SCHEDULE_FILE)
     if missing:
         raise ConfigError(f"{run_dir}: not a run folder moeperf can recover (missing {', '.join(missing)})")
     try:
         cfg = ExperimentConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
-        schedule = Schedule.model_validate_json((run_dir / "schedule.json").read_text())
-    except (ValidationError, yaml.YAMLError) as e:
+        schedule = read_schedule(run_dir)
+    except (ValidationError, yaml.YAMLError, ScheduleFileError) as e:
         raise ConfigError(f"{run_dir}: its saved inputs cannot be read: {e}") from None
     env_path = run_dir / "environment.json"
     env = json.loads(env_path.read_text()) if env_path.exists() else {}

@@ -23,6 +23,7 @@ from tests.integration.conftest import records_on_disk
 from workloads.client import ClientSettings
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +37,16 @@ class StuckClient:
         return True
 
     async def replay(self, requests, settings, start_epoch_s):
-        first = requests[0]
+        first = ScheduleColumns.from_arrays(requests).request(0)  # the shard comes as columns
         yield [
             RequestRecord(
-                index=first["index"],
+                index=first.index,
                 arm=settings.arm,
                 intended_send_s=0.0,
                 actual_send_s=0.0,
                 end_s=0.01,
-                prompt_tokens_requested=first["prompt_tokens"],
-                output_tokens_requested=first["max_tokens"],
+                prompt_tokens_requested=first.prompt_tokens,
+                output_tokens_requested=first.max_tokens,
             ).model_dump()
         ]
         await asyncio.Event().wait()

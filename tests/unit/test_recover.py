@@ -14,6 +14,8 @@ from result_format.records_store import RecordJournal
 from result_format.run_result import load_run
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest
+from workloads.schedule_columns import ScheduleColumns
+from workloads.schedule_file import LegacySchedule, read_schedule, write_schedule
 from workloads.workload import Schedule
 
 ARMS = [{"name": "baseline"}, {"name": "b", "flags": {"swap_ab": True}}]
@@ -29,15 +31,21 @@ def _record(arm: str, i: int, ok: bool = True) -> RequestRecord:
     )  # fmt: skip
 
 
-def killed_run(tmp_path, torn: bool = True):
-    """What a driver SIGKILLed in the middle of arm b leaves behind."""
+def killed_run(tmp_path, torn: bool = True, legacy: bool = False):
+    """What a driver SIGKILLed in the middle of arm b leaves behind (``legacy``: a driver from before
+    2026-12, which saved the plan as ``schedule.json``)."""
     cfg = parse_experiment({"name": "k", "arms": ARMS, "output_dir": str(tmp_path)})
     run_dir = tmp_path / "k-20261201T000000Z-abcdef"
     (run_dir / "records").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     (run_dir / "environment.json").write_text(json.dumps({"driver": {"versions": {"ray": "2.60.0"}}}))
     plan = [PlannedRequest(index=i, send_offset_s=0.1 * i, prompt_tokens=8, max_tokens=3) for i in range(10)]
-    (run_dir / "schedule.json").write_text(Schedule(requests=plan, clipped_input=0, clipped_output=0).model_dump_json())
+    if legacy:
+        old = LegacySchedule(requests=plan, clipped_input=0, clipped_output=2, skipped={"blank line": 1})
+        (run_dir / "schedule.json").write_text(old.model_dump_json(indent=1))
+    else:
+        cols = ScheduleColumns.from_requests(plan)
+        write_schedule(Schedule(cols, clipped_input=0, clipped_output=2, skipped={"blank line": 1}), run_dir)
     base = RecordJournal(run_dir / "records" / "baseline.arrows")
     for i in range(0, 10, 3):  # batches as the client actors send them
         base.append([_record("baseline", j) for j in range(i, min(i + 3, 10))])
@@ -53,11 +61,14 @@ def killed_run(tmp_path, torn: bool = True):
     return run_dir
 
 
-def test_a_killed_runs_records_become_an_interrupted_result_and_nothing_is_lost(tmp_path):
-    run_dir = killed_run(tmp_path)
+@pytest.mark.parametrize("legacy", [False, True], ids=["schedule.parquet", "old schedule.json"])
+def test_a_killed_runs_records_become_an_interrupted_result_and_nothing_is_lost(tmp_path, legacy):
+    run_dir = killed_run(tmp_path, legacy=legacy)
     assert cli_main(["recover", str(run_dir)]) == 0
     res = load_run(run_dir)
     assert res.status == "interrupted" and res.error == RECOVERED_ERROR
+    assert res.schedule.requests == 10 and res.schedule.duration_s == pytest.approx(0.9)
+    assert res.schedule.clipped_output == 2 and res.schedule.skipped == {"blank line": 1}
     base, b = res.arms
     assert base.columns.index.tolist() == list(range(10)) and base.requests_succeeded == 10
     assert b.columns.index.tolist() == [0, 1, 2, 3] and b.requests_succeeded == 3 and b.requests_failed == 1
@@ -80,3 +91,11 @@ def test_a_run_that_has_its_result_is_left_alone_and_a_folder_that_is_no_run_is_
         recover(run_dir, ["moeperf", "recover"])
     assert recover(run_dir, ["moeperf", "recover"], overwrite=True).status == "interrupted"
     assert cli_main(["recover", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_old_and_new_schedule_files_read_as_the_same_plan(tmp_path):
+    old, new = killed_run(tmp_path / "old", legacy=True), killed_run(tmp_path / "new")
+    assert read_schedule(old) == read_schedule(new)
+    (new / "schedule.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ConfigError, match="schedule.parquet"):
+        recover(new, ["moeperf", "recover"])

@@ -12,9 +12,10 @@ from workloads.schedule import TraceRow
 from workloads.traces.azure import AzureTraceSpec, iter_azure, load_azure
 from workloads.traces.base import LoadedTrace, TraceFormatError
 from workloads.traces.burstgpt import BurstGptTraceSpec, iter_burstgpt, load_burstgpt
+from workloads.traces.columns import TraceColumns, columns_from_rows
 from workloads.traces.mooncake import MooncakeTraceSpec, iter_mooncake, load_mooncake
 from workloads.traces.sharegpt import ShareGptTraceSpec, iter_sharegpt, load_sharegpt
-from workloads.traces.synthetic import SyntheticTraceSpec, iter_synthetic, load_synthetic
+from workloads.traces.synthetic import SyntheticTraceSpec, iter_synthetic, load_synthetic, synthetic_columns
 
 AnyTraceSpec = AzureTraceSpec | BurstGptTraceSpec | MooncakeTraceSpec | ShareGptTraceSpec | SyntheticTraceSpec
 TraceSpec = Annotated[AnyTraceSpec, Field(discriminator="kind")]
@@ -61,6 +62,15 @@ def iter_trace(
     return _text_errors(spec, rows)
 
 
+def read_trace_columns(spec: AnyTraceSpec, base_dir: Path | None = None) -> tuple[TraceColumns, dict[str, int]]:
+    """The trace as columns and what was skipped: ``read_trace``'s rows, value for value, read as a stream (a
+    synthetic trace is drawn whole-array), so planning a long trace holds numbers, not row objects."""
+    skipped: dict[str, int] = {}
+    if isinstance(spec, SyntheticTraceSpec):
+        return synthetic_columns(spec, base_dir), skipped
+    return columns_from_rows(iter_trace(spec, base_dir, skipped), getattr(spec, "path", spec.kind)), skipped
+
+
 def _text_errors(spec: AnyTraceSpec, rows: Iterator[TraceRow]) -> Iterator[TraceRow]:
     try:
         yield from rows
@@ -80,6 +90,8 @@ __all__ = [
     "load_trace",
     "read_trace",
     "iter_trace",
+    "read_trace_columns",
+    "TraceColumns",
     "LOADERS",
     "ITERATORS",
 ]
