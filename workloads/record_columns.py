@@ -47,16 +47,22 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def gather_csr(flat: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows ``idx`` (any order, repeats allowed) of a CSR array: (their values end to end, new offsets)."""
+def csr_positions(offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the rows ``idx`` (any order, repeats allowed) of a CSR array lie in its flat values, end to end,
+    and the offsets of those rows in that order: one gather then serves every flat array of the rows."""
     starts = offsets[idx]
     lengths = offsets[idx + 1] - starts
     new_offsets = _offsets(lengths)
-    total = int(new_offsets[-1])
-    if total == 0:
-        return flat[:0].copy(), new_offsets
     shift = np.repeat(starts - new_offsets[:-1], lengths)
-    return flat[np.arange(total) + shift], new_offsets
+    return np.arange(int(new_offsets[-1]), dtype=np.int64) + shift, new_offsets
+
+
+def gather_csr(flat: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ``idx`` (any order, repeats allowed) of a CSR array: (their values end to end, new offsets)."""
+    positions, new_offsets = csr_positions(offsets, idx)
+    if positions.size == 0:
+        return flat[:0].copy(), new_offsets
+    return flat[positions], new_offsets
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workloads.record_columns import csr_positions
 from workloads.schedule import PlannedRequest
 
 SCHEDULE_FILE = "schedule.parquet"
@@ -177,11 +178,7 @@ class ScheduleColumns:
     def take(self, positions: np.ndarray) -> ScheduleColumns:
         """The requests at ``positions`` (in that order), their blocks with them."""
         pos = _i64(positions)
-        starts, ends = self.block_offsets[pos], self.block_offsets[pos + 1]
-        counts = ends - starts
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        # Position of every kept block in the flat arrays: its request's start plus its rank within the request.
-        flat = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+        flat, offsets = csr_positions(self.block_offsets, pos)
         return ScheduleColumns(
             index=self.index[pos],
             send_offset_s=self.send_offset_s[pos],

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from common.strict import FrozenStrictModel
 from workloads.arrivals import ArrivalError, ArrivalSpec, plan_arrivals
 from workloads.arrivals.trace import TraceArrivalSpec
+from workloads.record_columns import csr_positions
 from workloads.schedule_columns import ScheduleColumns
 from workloads.traces import TraceColumns, TraceFormatError, TraceSpec, read_trace_columns
 from workloads.traces.azure import AzureTraceSpec
@@ -202,10 +203,7 @@ def _build(spec: WorkloadSpec, base_dir: Path | None) -> Schedule:
 
 def _rows(trace: TraceColumns, keep: np.ndarray) -> TraceColumns:
     """The kept rows (``follows`` left as trace positions)."""
-    starts, ends = trace.block_offsets[keep], trace.block_offsets[keep + 1]
-    counts = ends - starts
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    flat = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+    flat, offsets = csr_positions(trace.block_offsets, keep)
     return TraceColumns(
         arrival_s=trace.arrival_s[keep],
         input_tokens=trace.input_tokens[keep],
