@@ -76,6 +76,14 @@ def to_arrow(cols: RecordColumns) -> pa.Table:
     return pa.table([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
 
 
+def _text_column(column: pa.ChunkedArray) -> np.ndarray:
+    """A text column as an object array, one Python string per distinct value (an arm's name is one value for
+    a million rows): ``to_pylist`` made a string per row and took most of a long run's load time."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    distinct = np.array([*encoded.dictionary.to_pylist(), None], dtype=object)
+    return distinct[encoded.indices.fill_null(len(distinct) - 1).to_numpy()]
+
+
 def from_arrow(table: pa.Table) -> RecordColumns:
     n = table.num_rows
     cols: dict[str, Any] = {}
@@ -90,7 +98,7 @@ def from_arrow(table: pa.Table) -> RecordColumns:
     for name in ("warmup", "tokens_exact"):
         cols[name] = table.column(name).to_numpy(zero_copy_only=False)
     for name in ("arm", "error_kind", "error"):
-        cols[name] = table.column(name).to_pylist()
+        cols[name] = _text_column(table.column(name))
     tokens = table.column("token_times_s")
     lists = tokens.combine_chunks() if tokens.num_chunks != 1 else tokens.chunk(0)
     if n == 0:
