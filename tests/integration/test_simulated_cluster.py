@@ -89,6 +89,11 @@ def test_parallel_arms_get_their_own_node_and_gpus_third_arm_fails_clients_sprea
         arms=[{"name": "a"}, {"name": "b", "flags": {"moe_backend": "triton"}}, {"name": "c"}],
         client={"warmup_requests": 1, "actors_per_arm": 2, "placement": "spread"},
         chaos={"kill_client_after_records": {"b": 3}},
+        # 11 s of sends: the kill (after 3 records) lands mid-replay even when a cold engine answers its first
+        # requests late and together (at 6 requests/s client 0 could finish its whole shard first).
+        workload={
+            "trace": {"kind": "synthetic", "num_requests": 12, "input_tokens": 16, "output_tokens": 8, "rate_rps": 1}
+        },
     )
     t0 = time.monotonic()
     res = run(tmp_path, exp)
