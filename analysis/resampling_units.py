@@ -121,9 +121,6 @@ class Draws:
         """(B, k): each replicate's sum of the (units + 1, k) per-unit weights, exact for integer weights."""
         return np.rint(self.counts_f @ weights).astype(np.int64)
 
-    def take(self, rows: slice) -> Draws:
-        return Draws(self.counts[rows], self.layout)
-
 
 def unit_layouts(arms: Sequence[_HasSlots], rounds: Sequence[int]) -> tuple[list[UnitLayout], list[int]]:
     """Per arm its layout, and the units of each round (in ``rounds`` order, laid end to end in the columns).

@@ -87,10 +87,11 @@ def quantile_values(arm: ArmSamples, counts: np.ndarray | Draws, rounds: Sequenc
     out = np.full((draws.rows, N_QUANTILE), np.nan)
     for f, (family, _) in enumerate(LATENCY_FAMILIES):
         cols = slice(f * len(QUANTILES), (f + 1) * len(QUANTILES))
-        if arm.family_size(family, key) >= EXACT_BELOW_VALUES and draws.is_every_request_once():
+        large = arm.family_size(family, key) >= EXACT_BELOW_VALUES
+        if large and draws.is_every_request_once():
             out[0, cols] = once_percentiles(*arm.raw_family(family, key), QUANTILES)  # the estimate: no windows
             continue
-        if arm.family_size(family, key) >= EXACT_BELOW_VALUES:
+        if large:
             cache_key = ("quantile_windows", family, key, WINDOW_SIGMAS)
             fam = arm.cache.get(cache_key)
             if not isinstance(fam, WindowedFamily):
