@@ -108,7 +108,7 @@ def _counts_below(
     n = offsets.size - 1
     cuts = np.unique(edges)
     width = cuts.size + 2  # buckets: 0..cuts.size by how many cuts are at or below a value, then "not a member"
-    per = np.zeros((n, width), dtype=np.int64)
+    per = np.zeros((n, width), dtype=np.int32)  # a request's values: far below 2^31
     lengths = np.diff(offsets)
     # Requests a few million values at a time, so the per-value temporaries stay small.
     starts = np.searchsorted(offsets, np.arange(0, int(offsets[-1]), _PASS_VALUES), side="right") - 1
@@ -121,9 +121,74 @@ def _counts_below(
         bucket[~member[lo:hi]] = cuts.size + 1
         bucket += np.repeat(np.arange(r1 - r0, dtype=np.int64) * width, lengths[r0:r1])
         per[r0:r1] += np.bincount(bucket, minlength=(r1 - r0) * width).reshape(r1 - r0, width)
-    cum = np.cumsum(per, axis=1)
+    cum = np.cumsum(per, axis=1, dtype=np.int32)
     # A value is below cut k exactly when fewer than k + 1 cuts are at or below it: buckets 0..k.
     return [cum[:, int(np.searchsorted(cuts, e))].astype(np.float64) for e in edges]
+
+
+SELECT_SAMPLE_VALUES = 1_000_000
+"""Above this many values, order statistics are bracketed from a random sample of this many, then found among the
+values inside the brackets: a partition needs a copy of every value (a million requests' inter-token gaps)."""
+
+
+def _between(values: np.ndarray, member: np.ndarray | None, lo: float, hi: float) -> np.ndarray:
+    """Positions of the member values in [lo, hi], ascending; a few million values at a time."""
+    parts = []
+    for c0 in range(0, values.size, _PASS_VALUES):
+        v = values[c0 : c0 + _PASS_VALUES]
+        inside = (v >= lo) & (v <= hi)
+        if member is not None:
+            inside &= member[c0 : c0 + _PASS_VALUES]
+        parts.append(np.flatnonzero(inside) + c0)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def order_statistics(values: np.ndarray, member: np.ndarray | None, size: int, ranks: Sequence[int]) -> np.ndarray:
+    """The member values (``size`` of them) at ``ranks`` (0-based) of their ascending order: what
+    ``np.partition`` of a copy of them gives. A large family is bracketed instead: each rank's value lies, all but
+    surely, between two order statistics of a random sample; counting the values below a bracket and partitioning
+    those inside finds it exactly, and a bracket that missed (its count shows it) falls back to the copy."""
+    want = np.asarray(ranks, dtype=np.int64)
+    if values.size > SELECT_SAMPLE_VALUES and size > 0:
+        found = _bracketed(values, member, size, want)
+        if found is not None:
+            return found
+    kept = values[member] if member is not None else values.copy()
+    kept.partition(np.unique(want))
+    return kept[want]
+
+
+def _bracketed(values: np.ndarray, member: np.ndarray | None, size: int, want: np.ndarray) -> np.ndarray | None:
+    pos = np.random.default_rng(0x5E1EC7).integers(0, values.size, SELECT_SAMPLE_VALUES)
+    sample = np.sort(values[pos] if member is None else values[pos[member[pos]]])
+    if sample.size < 1000:
+        return None
+    out = np.empty(want.size)
+    for i, rank in enumerate(want.tolist()):
+        p = min(max(rank / size, 0.0), 1.0)
+        guard = 6.0 * np.sqrt(sample.size * p * (1 - p)) + 8  # sample ranks: 6 SD
+        j_lo, j_hi = int(p * sample.size - guard), int(p * sample.size + guard)
+        lo = float(sample[j_lo]) if j_lo >= 0 else -np.inf
+        hi = float(sample[j_hi]) if j_hi < sample.size else np.inf
+        inside = values[_between(values, member, lo, hi)]
+        if inside.size > max(SELECT_SAMPLE_VALUES, size // 8):
+            return None  # a wide bracket (ties, a tiny family): the copy is cheaper
+        below = size - inside.size - _count_above(values, member, hi)
+        if not below <= rank < below + inside.size:
+            return None
+        inside.partition(rank - below)
+        out[i] = inside[rank - below]
+    return out
+
+
+def _count_above(values: np.ndarray, member: np.ndarray | None, hi: float) -> int:
+    total = 0
+    for c0 in range(0, values.size, _PASS_VALUES):
+        above = values[c0 : c0 + _PASS_VALUES] > hi
+        if member is not None:
+            above &= member[c0 : c0 + _PASS_VALUES]
+        total += int(np.count_nonzero(above))
+    return total
 
 
 def windowed_family(
@@ -144,14 +209,12 @@ def windowed_family(
         t = (size - 1) * q / 100.0
         half = sigmas * _sigma(values, offsets, member, per_request, q)
         ranks.append((max(0, int(np.floor(t - half)) - 2), min(size - 1, int(np.ceil(t + half)) + 2)))
-    kept = values[member]
-    kept.partition(sorted({k for pair in ranks for k in pair}))
-    edges = [float(kept[lo]) for lo, _ in ranks]
+    at = order_statistics(values, member, size, [k for pair in ranks for k in pair])
+    edges = [float(v) for v in at[0::2]]
     belows = _counts_below(values, offsets, member, edges)
     windows = []
-    for (lo, hi), below in zip(ranks, belows, strict=True):
-        inside = member & (values >= kept[lo]) & (values <= kept[hi])  # every value equal to an edge is inside
-        pos = np.flatnonzero(inside)
+    for lo, hi, below in zip(at[0::2], at[1::2], belows, strict=True):
+        pos = _between(values, member, lo, hi)  # every value equal to an edge is inside
         start = int(below.sum())
         v, o, m = merge_runs(values[pos], owners_of(pos, offsets))
         windows.append(Window(start, start + int(m.sum()), v, o, m, below))
@@ -184,15 +247,16 @@ def once_percentiles(
 ) -> np.ndarray:
     """``weighted_percentiles_batch`` with every value weighed once (the estimate), by selection rather than a
     sort, with the same arithmetic (so the same bits)."""
-    v = values if member is None else values[member]
+    size = values.size if member is None else int(np.count_nonzero(member))
     out = np.full(len(qs), np.nan)
-    if v.size == 0:
+    if size == 0:
         return out
-    h = np.array([(v.size - 1) * q / 100.0 for q in qs])
+    h = np.array([(size - 1) * q / 100.0 for q in qs])
     lo = np.floor(h).astype(np.int64)
-    hi = np.minimum(lo + 1, v.size - 1)
-    part = np.partition(v, np.unique(np.concatenate((lo, hi))))
-    return part[lo] + (h - lo) * (part[hi] - part[lo])
+    hi = np.minimum(lo + 1, size - 1)
+    at = order_statistics(values, member, size, np.concatenate((lo, hi)))
+    v_lo, v_hi = at[: len(qs)], at[len(qs) :]
+    return v_lo + (h - lo) * (v_hi - v_lo)
 
 
 def _positions(cw: np.ndarray, ranks: np.ndarray) -> np.ndarray:

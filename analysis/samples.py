@@ -22,8 +22,8 @@ import numpy as np
 from analysis.quantile_windows import Family, merge_runs, owners_of
 from experiment.slo import SloSpec, slo_met
 from result_format.run_result import ArmResult
-from workloads.metrics import token_event_weight, token_events
-from workloads.record_columns import NO_INT, RecordColumns, as_columns
+from workloads.metrics import csr_block_rates, token_event_weight, token_events
+from workloads.record_columns import NO_INT, RecordColumns, as_columns, csr_gaps
 from workloads.records import RequestRecord
 
 FloatArray = np.ndarray
@@ -52,9 +52,11 @@ class ArmSamples:
     slo_met: np.ndarray  # bool per request
     rounds: np.ndarray  # int per request
     slots: np.ndarray  # schedule slot per request (``record_slot``): the same request in every arm and round
-    token_times_s: FloatArray  # arrival of every timed output token, request after request
+    token_times_s: FloatArray  # output-token arrivals (``token_events``) of the records the arm was made from
+    token_offsets: np.ndarray  # row r of those records owns token_times_s[token_offsets[r]:token_offsets[r + 1]]
+    token_rows: np.ndarray  # request i's row there: the records' arrays are shared, not copied per arm
     token_weight: FloatArray  # per request, tokens each of its arrivals stands for (server's count / timed tokens)
-    token_offsets: np.ndarray  # request i owns token_times_s[token_offsets[i]:token_offsets[i + 1]]
+    token_shift_s: FloatArray | None  # per request, added to its arrival times (``_level_shifts``); None: none
     _families: dict[tuple[int, ...] | None, dict[str, Family]] = field(default_factory=dict, compare=False, repr=False)
     cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
     """Derived values other modules compute once per arm (e.g. a round's rate blocks)."""
@@ -62,16 +64,6 @@ class ArmSamples:
     @property
     def n(self) -> int:
         return int(self.ttft_s.size)
-
-    def itl_of(self, idx: np.ndarray) -> FloatArray:
-        """Inter-token latencies of the requests ``idx`` (with repeats), concatenated."""
-        starts = self.itl_offsets[idx]
-        lengths = self.itl_offsets[idx + 1] - starts
-        total = int(lengths.sum())
-        if total == 0:
-            return np.empty(0)
-        shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        return self.itl_flat_s[np.arange(total) + shift]
 
     def _in_rounds(self, rounds: tuple[int, ...] | None) -> np.ndarray | None:
         return None if rounds is None else np.isin(self.rounds, rounds)
@@ -129,19 +121,11 @@ class ArmSamples:
                 per_rounds[family] = (values[order], owners[order], np.ones(order.size, dtype=np.int64))
         return per_rounds[family]
 
-    def token_events_of(self, idx: np.ndarray) -> tuple[FloatArray, FloatArray]:
-        """Token arrival times and weights of the requests ``idx``."""
-        if idx.size == 0:
-            return np.empty(0), np.empty(0)
-        mask = np.zeros(self.n, dtype=bool)
-        mask[idx] = True
-        keep = mask[self.token_owner]
-        return self.token_times_s[keep], self.token_weight[self.token_owner[keep]]
-
-    @cached_property
-    def token_owner(self) -> np.ndarray:
-        """The request each entry of ``token_times_s`` belongs to."""
-        return np.repeat(np.arange(self.n, dtype=np.int32), np.diff(self.token_offsets))
+    def token_block_rates(self, idx: np.ndarray, start_s: float, end_s: float, blocks: int) -> FloatArray:
+        """Output tokens/s of the requests ``idx`` in each of ``blocks`` time blocks of [start_s, end_s]."""
+        shift = None if self.token_shift_s is None else self.token_shift_s[idx]
+        events = (self.token_times_s, self.token_offsets)
+        return csr_block_rates(start_s, end_s, events, self.token_rows[idx], self.token_weight[idx], blocks, shift)
 
     @cached_property
     def itl_median_per_request(self) -> FloatArray:
@@ -185,8 +169,8 @@ def record_slots(records: RecordColumns, stride: int) -> np.ndarray:
     return np.maximum(records.level, 0) * stride + records.index
 
 
-def _level_shifts(ok: RecordColumns) -> np.ndarray:
-    """Per record, the shift laying a round's sweep levels end to end in level order.
+def _level_shifts(cols: RecordColumns, rows: np.ndarray) -> np.ndarray:
+    """Per record of ``rows``, the shift laying a round's sweep levels end to end in level order.
 
     Every level is its own replay with its clock restarting at 0; shifted, a round's window is the sum
     of its levels' windows (first intended send to last end of each level's requests here), the rate over
@@ -194,53 +178,65 @@ def _level_shifts(ok: RecordColumns) -> np.ndarray:
     of two arms cover the same levels. The first level of a round stays where it is, so a run without a
     sweep, or a view of one level, is unchanged.
     """
-    out = np.zeros(len(ok))
-    swept = (ok.level != NO_INT) & ~np.isnan(ok.end_s)
+    out = np.zeros(rows.size)
+    level, rnd_of, end_s = cols.level[rows], cols.round[rows], cols.end_s[rows]
+    swept = (level != NO_INT) & ~np.isnan(end_s)
     if not swept.any():
         return out
-    keys = sorted({(int(r), int(lv)) for r, lv in zip(ok.round[swept], ok.level[swept], strict=True)})
+    send = cols.intended_send_s[rows]
+    keys = sorted({(int(r), int(lv)) for r, lv in zip(rnd_of[swept], level[swept], strict=True)})
     cursor: dict[int, float] = {}
-    for rnd, level in keys:
-        mine = swept & (ok.round == rnd) & (ok.level == level)
-        start, end = float(ok.intended_send_s[mine].min()), float(ok.end_s[mine].max())
+    for rnd, lv in keys:
+        here = (rnd_of == rnd) & (level == lv)
+        mine = swept & here
+        start, end = float(send[mine].min()), float(end_s[mine].max())
         shift = cursor.get(rnd, start) - start
-        out[(ok.round == rnd) & (ok.level == level)] = shift
+        out[here] = shift
         cursor[rnd] = end + shift
     return out
 
 
 def arm_samples(
-    name: str, records: RecordColumns | Sequence[RequestRecord], slo: SloSpec, stride: int | None = None
+    name: str,
+    records: RecordColumns | Sequence[RequestRecord],
+    slo: SloSpec,
+    stride: int | None = None,
+    keep: np.ndarray | None = None,
 ) -> ArmSamples:
-    """Arrays of the arm's successful requests with a first token; failures count against goodput only
-    through their absence (they never meet the SLOs).
+    """Arrays of the arm's successful requests with a first token (of the rows ``keep`` marks; None: all);
+    failures count against goodput only through their absence (they never meet the SLOs).
 
     ``stride``: slots per sweep level (``slot_stride`` over every arm of the run, so all arms agree on
     the slots); None: from these records alone. With a sweep, times are laid out as ``_level_shifts``
-    says; latencies are differences and do not move.
+    says; latencies are differences and do not move. The records' token times are shared, not copied
+    (a long run's largest array); only the inter-token gaps are made.
     """
     cols = as_columns(records)
     stride = slot_stride([cols]) if stride is None else stride
-    ok = cols.select(cols.ok & ~np.isnan(cols.ttft_s) & ~np.isnan(cols.e2e_s))
-    shift = _level_shifts(ok)
-    itl_flat, itl_offsets = ok.itl
-    times, _, tok_offsets = token_events(ok)
+    usable = cols.ok & ~np.isnan(cols.ttft_s) & ~np.isnan(cols.e2e_s)
+    rows = np.flatnonzero(usable if keep is None else usable & keep)
+    shift = _level_shifts(cols, rows)
+    itl_flat, itl_offsets = csr_gaps(cols.token_times_s, cols.token_offsets, rows)
+    times, tok_offsets = token_events(cols)
+    tokens = np.where(cols.output_tokens > 0, cols.output_tokens, cols.token_counts)
     return ArmSamples(
         name=name,
-        ttft_s=ok.ttft_s,
-        tpot_s=ok.tpot_s,
-        e2e_s=ok.e2e_s,
+        ttft_s=cols.ttft_s[rows],
+        tpot_s=cols.tpot_s[rows],
+        e2e_s=cols.e2e_s[rows],
         itl_flat_s=itl_flat,
         itl_offsets=itl_offsets,
-        output_tokens=np.where(ok.output_tokens > 0, ok.output_tokens, ok.token_counts).astype(np.float64),
-        start_s=ok.intended_send_s + shift,
-        end_s=ok.end_s + shift,
-        slo_met=slo_met(ok, slo),
-        rounds=ok.round.astype(np.int64),
-        slots=record_slots(ok, stride),
-        token_times_s=times + np.repeat(shift, np.diff(tok_offsets)) if shift.any() else times,
-        token_weight=token_event_weight(ok),
+        output_tokens=tokens[rows].astype(np.float64),
+        start_s=cols.intended_send_s[rows] + shift,
+        end_s=cols.end_s[rows] + shift,
+        slo_met=slo_met(cols, slo)[rows],
+        rounds=cols.round[rows].astype(np.int64),
+        slots=record_slots(cols, stride)[rows],
+        token_times_s=times,
         token_offsets=tok_offsets,
+        token_rows=rows,
+        token_weight=token_event_weight(cols)[rows],
+        token_shift_s=shift if shift.any() else None,
     )
 
 
@@ -287,33 +283,8 @@ def from_arrays(
         rounds=np.zeros(ttft.size, dtype=np.int64) if rounds is None else np.asarray(rounds, dtype=np.int64),
         slots=np.arange(ttft.size, dtype=np.int64) if slots is None else np.asarray(slots, dtype=np.int64),
         token_times_s=token_times,
-        token_weight=np.ones(ttft.size),
         token_offsets=tok_offsets,
-    )
-
-
-def subset(arm: ArmSamples, idx: np.ndarray, name: str | None = None) -> ArmSamples:
-    """The requests ``idx`` (ascending) of ``arm`` as an arm of their own, ITL and token times carried along."""
-    lengths = np.diff(arm.itl_offsets)[idx]
-    tok_lengths = np.diff(arm.token_offsets)[idx]
-    tok_owner = np.repeat(np.arange(arm.n), np.diff(arm.token_offsets))
-    mask = np.zeros(arm.n, dtype=bool)
-    mask[idx] = True
-    keep = mask[tok_owner]
-    return ArmSamples(
-        name=name or arm.name,
-        ttft_s=arm.ttft_s[idx],
-        tpot_s=arm.tpot_s[idx],
-        e2e_s=arm.e2e_s[idx],
-        itl_flat_s=arm.itl_of(idx),
-        itl_offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        output_tokens=arm.output_tokens[idx],
-        start_s=arm.start_s[idx],
-        end_s=arm.end_s[idx],
-        slo_met=arm.slo_met[idx],
-        rounds=arm.rounds[idx],
-        slots=arm.slots[idx],
-        token_times_s=arm.token_times_s[keep],
-        token_weight=arm.token_weight[idx],
-        token_offsets=np.concatenate(([0], np.cumsum(tok_lengths))).astype(np.int64),
+        token_rows=np.arange(ttft.size),
+        token_weight=np.ones(ttft.size),
+        token_shift_s=None,
     )

@@ -134,8 +134,7 @@ def round_blocks(arm: ArmSamples, rnd: int, blocks: int = RATE_BLOCKS) -> RoundB
         out = RoundBlocks(0.0, np.full((len(RATE_KEYS), blocks), np.nan))
     else:
         start, end = float(arm.start_s[idx].min()), float(arm.end_s[idx].max())
-        times, weights = arm.token_events_of(idx)
-        tok = block_rates(start, end, times, weights, blocks)
+        tok = arm.token_block_rates(idx, start, end, blocks)
         good = block_rates(start, end, arm.end_s[idx], arm.slo_met[idx].astype(np.float64), blocks)
         out = RoundBlocks(end - start, np.stack([tok, good]))
     arm.cache[key] = out

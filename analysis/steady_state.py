@@ -76,14 +76,21 @@ def warmup_slots(arms_records: Sequence[RecordColumns | Sequence[RequestRecord]]
     return cuts
 
 
-def steady(records: RecordColumns | Sequence[RequestRecord], cuts: dict[int, int]) -> RecordColumns:
+def steady_rows(records: RecordColumns | Sequence[RequestRecord], cuts: dict[int, int]) -> np.ndarray | None:
+    """Which records are past their round's warm-up cut (None: every record, no cut)."""
     cols = as_columns(records)
     if not cuts:
-        return cols
+        return None
     floor = np.zeros(len(cols), dtype=np.int64)
     for rnd, cut in cuts.items():
         floor[cols.round == rnd] = cut
-    return cols.select(cols.index >= floor)
+    return cols.index >= floor
+
+
+def steady(records: RecordColumns | Sequence[RequestRecord], cuts: dict[int, int]) -> RecordColumns:
+    cols = as_columns(records)
+    keep = steady_rows(cols, cuts)
+    return cols if keep is None else cols.select(keep)
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,8 @@ def judged_arms(result: RunResult, slo: SloSpec, rule: SteadyStateRule = "mser5"
         if arm.status != "ok":
             skipped[arm.name] = f"arm {arm.status}: {arm.failure_reason or 'no reason recorded'}"
             continue
-        s = arm_samples(arm.name, steady(arm.columns.measured, cuts), slo, stride)
+        measured_cols = arm.columns.measured
+        s = arm_samples(arm.name, measured_cols, slo, stride, keep=steady_rows(measured_cols, cuts))
         if s.n < 2:
             skipped[arm.name] = f"only {s.n} successful request(s)"
         else:

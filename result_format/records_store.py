@@ -84,8 +84,7 @@ def _text_column(column: pa.ChunkedArray) -> np.ndarray:
     return distinct[encoded.indices.fill_null(len(distinct) - 1).to_numpy()]
 
 
-def from_arrow(table: pa.Table) -> RecordColumns:
-    n = table.num_rows
+def _scalar_columns(table: pa.Table) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for name in _INT:
         cols[name] = table.column(name).to_numpy()
@@ -99,12 +98,50 @@ def from_arrow(table: pa.Table) -> RecordColumns:
         cols[name] = table.column(name).to_numpy(zero_copy_only=False)
     for name in ("arm", "error_kind", "error"):
         cols[name] = _text_column(table.column(name))
-    tokens = table.column("token_times_s")
-    lists = tokens.combine_chunks() if tokens.num_chunks != 1 else tokens.chunk(0)
-    if n == 0:
-        return RecordColumns.from_arrays(cols, np.empty(0), np.zeros(1, dtype=np.int64))
-    offsets = np.asarray(lists.offsets, dtype=np.int64)
-    return RecordColumns.from_arrays(cols, lists.flatten().to_numpy(), offsets - offsets[0])
+    return cols
+
+
+def _token_column(chunks: Iterator[pa.LargeListArray], rows: int, upper: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token times and offsets copied chunk by chunk into numpy arrays of their own, so no Arrow buffer the
+    size of the column (nor a combined copy of one) is ever held: a long run's token times are most of it."""
+    times = np.empty(upper)
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    row = used = 0
+    for chunk in chunks:
+        values = chunk.flatten().to_numpy()
+        ends = np.asarray(chunk.offsets, dtype=np.int64)
+        times[used : used + values.size] = values
+        offsets[row + 1 : row + 1 + len(chunk)] = ends[1:] - ends[0] + used
+        row += len(chunk)
+        used += values.size
+    return (times[:used] if used >= 0.99 * upper else times[:used].copy()), offsets
+
+
+def from_arrow(table: pa.Table) -> RecordColumns:
+    chunks = table.column("token_times_s").chunks
+    times, offsets = _token_column(iter(chunks), table.num_rows, sum(len(c.flatten()) for c in chunks))
+    return RecordColumns.from_arrays(_scalar_columns(table), times, offsets)
+
+
+def _read_parquet(path: Path) -> RecordColumns:
+    """Scalars in one read, token times row group by row group, Arrow's pool emptied after each: mimalloc
+    keeps freed pages, so a million-request arm's Arrow copy would otherwise stay beside numpy's."""
+    pool = pa.default_memory_pool()
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    names = [f.name for f in SCHEMA if f.name != "token_times_s"]
+    cols = _scalar_columns(pf.read(columns=names))
+    pool.release_unused()
+    leaf = pf.schema.names.index("element") if meta.num_row_groups else 0  # the list's values
+    upper = sum(meta.row_group(g).column(leaf).num_values for g in range(meta.num_row_groups))
+
+    def chunks() -> Iterator[pa.LargeListArray]:
+        for g in range(meta.num_row_groups):
+            yield from pf.read_row_group(g, columns=["token_times_s"]).column(0).chunks
+            pool.release_unused()
+
+    times, offsets = _token_column(chunks(), meta.num_rows, upper)
+    return RecordColumns.from_arrays(cols, times, offsets)
 
 
 class RecordJournal:
@@ -220,7 +257,7 @@ def read_columns(path: Path, sha256: str | None = None) -> RecordColumns:
     if path.suffix == PARQUET_SUFFIX:
         if sha256 is not None and (actual := sha256_of(path)) != sha256:
             raise RecordsChecksumError(f"{path}: SHA-256 {actual} is not the {sha256} result.json recorded")
-        return from_arrow(pq.read_table(path, schema=SCHEMA))
+        return _read_parquet(path)
     if path.suffix == JOURNAL_SUFFIX:
         batches, _ = journal_batches(path)
         return from_arrow(pa.Table.from_batches(batches, schema=SCHEMA))

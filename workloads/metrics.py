@@ -28,7 +28,7 @@ from scipy import stats as sps
 
 from common.strict import StrictModel
 from experiment.slo import SloSpec, slo_met
-from workloads.record_columns import RecordColumns, as_columns, gather_csr
+from workloads.record_columns import RecordColumns, as_columns, csr_positions, gather_csr, row_chunks
 from workloads.records import RequestRecord
 
 QUANTILES = (50, 90, 99)
@@ -161,25 +161,50 @@ def token_event_weight(records: RecordColumns) -> np.ndarray:
     return np.where(counts > 0, n / np.maximum(counts, 1), n)
 
 
-def token_events(records: RecordColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """When each request's output tokens arrived, each weighted so a request's total is the count the server
-    reported (chunks counted as tokens when it reported none); one event at the end when no token was timed.
-    Returns (times, weights, offsets): request i owns entries ``offsets[i]:offsets[i + 1]``."""
+def token_events(records: RecordColumns) -> tuple[np.ndarray, np.ndarray]:
+    """When each request's output tokens arrived (each weighing ``token_event_weight``, so a request's total is
+    the count the server reported); one event at the end when no token was timed. Returns (times, offsets):
+    request i owns entries ``offsets[i]:offsets[i + 1]``."""
     counts = records.token_counts
-    per_request = token_event_weight(records)
     has_end = ~np.isnan(records.end_s)
     timed = counts > 0
     lengths = np.where(timed, counts, has_end.astype(np.int64))
-    weights = np.repeat(per_request, lengths)
     if np.array_equal(lengths, counts):  # every event is a timed token: the times as they are, no copy
-        return records.token_times_s, weights, records.token_offsets
+        return records.token_times_s, records.token_offsets
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     times = np.empty(int(offsets[-1]))
     from_tokens = np.repeat(timed, lengths)
     times[from_tokens] = gather_csr(records.token_times_s, records.token_offsets, np.flatnonzero(timed))[0]
     times[~from_tokens] = records.end_s[~timed & has_end]
-    return times, weights, offsets
+    return times, offsets
+
+
+def csr_block_rates(
+    start_s: float,
+    end_s: float,
+    events: tuple[np.ndarray, np.ndarray],
+    rows: np.ndarray,
+    row_weight: np.ndarray,
+    blocks: int = RATE_BLOCKS,
+    row_shift_s: np.ndarray | None = None,
+) -> np.ndarray:
+    """``block_rates`` of the events (times, CSR offsets) of ``rows``, each row's events weighing its
+    ``row_weight`` and moved by its ``row_shift_s``; read in chunks (``row_chunks``), so no copy of every
+    event's time or weight is made."""
+    span = end_s - start_s
+    if span <= 0 or blocks < 1:
+        return np.full(max(blocks, 1), np.nan)
+    flat, offsets = events
+    lengths = offsets[rows + 1] - offsets[rows]
+    total = np.zeros(blocks)
+    for part in row_chunks(lengths):
+        times = flat[csr_positions(offsets, rows[part])[0]]
+        if row_shift_s is not None:
+            times = times + np.repeat(row_shift_s[part], lengths[part])
+        idx = np.clip(((times - start_s) / span * blocks).astype(np.int64), 0, blocks - 1)
+        total += np.bincount(idx, weights=np.repeat(row_weight[part], lengths[part]), minlength=blocks)
+    return total / (span / blocks)
 
 
 def round_window(
@@ -206,8 +231,8 @@ def arm_rates(
     """Output tokens/s, requests/s and (with an SLO) goodput of one arm, per round then combined."""
     cols = as_columns(records)
     keys = replay_keys(cols)
-    times, weights, offsets = token_events(cols)
-    event_owner = np.repeat(np.arange(len(cols), dtype=np.int32), np.diff(offsets))
+    events = token_events(cols)
+    weight = token_event_weight(cols)
     met_all = slo_met(cols, slo) if slo is not None else None
     spans, tok_b, req_b, good_b = [], [], [], []
     for key in np.unique(keys):
@@ -215,9 +240,9 @@ def arm_rates(
         start, end = round_window(cols, mine)
         ok = mine & cols.ok
         ends = cols.end_s[ok]
-        ev = ok[event_owner]
         spans.append(end - start)
-        tok_b.append(block_rates(start, end, times[ev], weights[ev], blocks))
+        rows = np.flatnonzero(ok)
+        tok_b.append(csr_block_rates(start, end, events, rows, weight[rows], blocks))
         req_b.append(block_rates(start, end, ends, np.ones(ends.size), blocks))
         if met_all is not None:
             good_b.append(block_rates(start, end, ends, met_all[ok].astype(np.float64), blocks))

@@ -57,6 +57,40 @@ def csr_positions(offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.
     return np.arange(int(new_offsets[-1]), dtype=np.int64) + shift, new_offsets
 
 
+CHUNK_VALUES = 4_000_000
+"""Flat values one pass over CSR rows reads at a time: its temporaries (positions, values) stay near 64 MB
+however long the run, where a whole-array pass over a million requests' tokens made several 300 MB copies."""
+
+
+def row_chunks(lengths: np.ndarray, chunk_values: int = CHUNK_VALUES) -> list[slice]:
+    """Consecutive slices of rows (of these ``lengths``) holding about ``chunk_values`` values each."""
+    if lengths.size == 0:
+        return []
+    ends = np.cumsum(lengths)
+    cuts = np.searchsorted(ends, np.arange(chunk_values, int(ends[-1]), chunk_values), side="left") + 1
+    bounds = [0, *sorted({int(c) for c in cuts if 0 < c < lengths.size}), int(lengths.size)]
+    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def csr_gaps(
+    flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, chunk_values: int = CHUNK_VALUES
+) -> tuple[np.ndarray, np.ndarray]:
+    """Differences of consecutive values inside each of the rows ``rows`` (inter-token gaps from token times),
+    end to end, with their offsets; read in chunks, so nothing the size of all the values is made but the
+    result. The same subtractions as ``np.diff`` over the whole array, so the same bits."""
+    lengths = offsets[rows + 1] - offsets[rows]
+    new_offsets = _offsets(np.maximum(lengths - 1, 0))
+    out = np.empty(int(new_offsets[-1]))
+    for part in row_chunks(lengths, chunk_values):
+        positions, part_offsets = csr_positions(offsets, rows[part])
+        gaps = np.diff(flat[positions])
+        inside = np.ones(gaps.size, dtype=bool)
+        ends = part_offsets[1:][lengths[part] > 0] - 1
+        inside[ends[ends < gaps.size]] = False
+        out[new_offsets[part.start] : new_offsets[part.stop]] = gaps[inside]
+    return out, new_offsets
+
+
 def gather_csr(flat: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows ``idx`` (any order, repeats allowed) of a CSR array: (their values end to end, new offsets)."""
     positions, new_offsets = csr_positions(offsets, idx)
@@ -228,13 +262,7 @@ class RecordColumns:
     @cached_property
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
         """(every inter-token latency, request after request; per-request offsets into it)."""
-        counts = self.token_counts
-        gaps = np.diff(self.token_times_s) if self.token_times_s.size else self.token_times_s
-        # A gap is inside a request unless it starts at a request's last token.
-        inside = np.ones(gaps.size, dtype=bool)
-        ends = self.token_offsets[1:][counts > 0] - 1
-        inside[ends[ends < gaps.size]] = False
-        return gaps[inside], _offsets(np.maximum(counts - 1, 0))
+        return csr_gaps(self.token_times_s, self.token_offsets, np.arange(len(self)))
 
     @cached_property
     def output_token_count(self) -> np.ndarray:

@@ -1,6 +1,9 @@
+import functools
+
 import numpy as np
 import pytest
 
+from workloads import metrics
 from workloads.metrics import distribution, summarize
 from workloads.records import RequestRecord
 
@@ -130,3 +133,19 @@ def test_goodput_counts_only_requests_meeting_the_slo():
     assert 0 < met < len(records)
     assert s.goodput_rps == pytest.approx(met / s.duration_s)
     assert summarize(records).goodput_rps is None  # no SLO, no goodput
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 10**7])
+def test_block_rates_read_row_by_chunk_are_the_rates_of_the_gathered_events(monkeypatch, chunk):
+    rng = np.random.default_rng(chunk)
+    lengths = rng.integers(0, 9, 40)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    flat = rng.uniform(0.0, 10.0, int(offsets[-1]))
+    rows = np.array([0, 3, 4, 9, 17, 18, 30, 39])
+    weight, shift = rng.uniform(0.5, 2.0, rows.size), rng.uniform(-1.0, 1.0, rows.size)
+    times = np.concatenate([flat[offsets[r] : offsets[r + 1]] + s for r, s in zip(rows, shift, strict=True)])
+    weights = np.repeat(weight, lengths[rows])
+    monkeypatch.setattr(metrics, "row_chunks", functools.partial(metrics.row_chunks, chunk_values=chunk))
+    got = metrics.csr_block_rates(0.5, 9.5, (flat, offsets), rows, weight, 7, shift)
+    assert got == pytest.approx(metrics.block_rates(0.5, 9.5, times, weights, 7), rel=1e-12)
+    assert np.isnan(metrics.csr_block_rates(1.0, 1.0, (flat, offsets), rows, weight, 7)).all()

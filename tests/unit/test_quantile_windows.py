@@ -4,6 +4,7 @@ replicate, whether a replicate's quantile falls inside its window or outside it 
 import numpy as np
 import pytest
 
+import analysis.quantile_windows as qw
 import analysis.stats as st
 from analysis.samples import ArmSamples, from_arrays
 
@@ -50,6 +51,42 @@ def test_the_estimate_of_a_large_family_is_the_exact_one(monkeypatch, n):
     arm = _arm(n, seed=n + 1)
     exact, selected = _both(monkeypatch, arm, np.ones((1, n), dtype=np.int64), [1], 5.0)
     assert np.array_equal(exact, selected, equal_nan=True)
+
+
+@pytest.mark.parametrize("rounds", [None, [1]], ids=["all-rounds", "one-round"])
+def test_bracketed_order_statistics_of_a_family_too_large_to_copy_give_the_same_quantiles(monkeypatch, rounds):
+    arm = _arm(4000, seed=11)
+    (counts,) = st.slot_bootstrap([arm], [0, 1], 100, np.random.default_rng(11))
+    counts = np.vstack([np.ones((1, arm.n), dtype=np.int64), counts])
+    exact, windowed = _both(monkeypatch, arm, counts, rounds, 5.0)
+    monkeypatch.setattr(qw, "SELECT_SAMPLE_VALUES", 5_000)  # the ~80k gaps are bracketed, not copied
+    answers, bracketed = [], qw._bracketed
+    monkeypatch.setattr(qw, "_bracketed", lambda *a: answers.append(found := bracketed(*a)) or found)
+    arm.cache.clear()
+    assert np.array_equal(windowed, st.quantile_values(arm, counts, rounds), equal_nan=True)
+    assert answers and all(found is not None for found in answers)
+    assert np.array_equal(exact, windowed, equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "ties", "sorted", "clusters"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_order_statistics_are_the_sorted_values_at_those_ranks(monkeypatch, kind, masked):
+    rng = np.random.default_rng(len(kind) + masked)
+    n = 50_000
+    values = {
+        "lognormal": rng.lognormal(0, 1, n),
+        "ties": rng.integers(0, 5, n).astype(np.float64),  # brackets too wide: the copy
+        "sorted": np.sort(rng.random(n)),
+        "clusters": rng.random(n) * 1e-6 + np.repeat(rng.random(50), n // 50),
+    }[kind]
+    member = rng.random(n) < 0.7 if masked else None
+    kept = values[member] if masked else values
+    ranks = np.concatenate((rng.integers(0, kept.size, 8), [0, kept.size - 1]))
+    monkeypatch.setattr(qw, "SELECT_SAMPLE_VALUES", 5_000)
+    got = qw.order_statistics(values, member, kept.size, ranks)
+    assert np.array_equal(got, np.sort(kept)[ranks])
+    if kind != "ties":  # a continuous family is found inside its brackets, never copied
+        assert qw._bracketed(values, member, kept.size, ranks[:-2]) is not None
 
 
 def test_chunked_bootstrap_draws_what_one_call_draws_when_one_chunk_holds_it(monkeypatch):

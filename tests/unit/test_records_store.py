@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import result_format.records_store as rs
 from analysis.verdicts import AnalysisSettings, analyse_run
 from result_format.records_store import (
     RecordJournal,
@@ -19,7 +20,7 @@ from result_format.records_store import (
 )
 from result_format.run_result import RecordsNotLoadedError, RunResult, load_run
 from workloads.metrics import summarize
-from workloads.record_columns import RecordColumns
+from workloads.record_columns import RecordColumns, csr_gaps
 from workloads.records import RequestRecord
 
 OLD_RESULT = Path(__file__).parent / "data" / "analysis_quick_cpu_result.json"
@@ -102,6 +103,28 @@ def test_journal_then_parquet_keeps_every_record_sorted_and_checked(tmp_path):
         f.write(b"x")
     with pytest.raises(RecordsChecksumError, match="SHA-256"):
         read_columns(sealed.path, sealed.sha256)
+
+
+def test_a_file_of_many_row_groups_reads_row_group_by_row_group_as_one_table_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(rs, "ROW_GROUP_ROWS", 4)  # 18 records: 5 row groups, empty token lists among them
+    journal = RecordJournal(tmp_path / "a.arrows")
+    journal.append(RECORDS)
+    journal.close()
+    sealed = seal(journal.path)
+    assert pq.ParquetFile(sealed.path).metadata.num_row_groups == 5
+    whole = rs.from_arrow(pq.read_table(sealed.path, schema=rs.SCHEMA))
+    parts = read_columns(sealed.path, sealed.sha256)
+    assert [r.model_dump() for r in parts.to_records()] == [r.model_dump() for r in whole.to_records()]
+    assert parts.token_offsets.tolist() == whole.token_offsets.tolist()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 10**7])
+def test_gaps_read_in_chunks_are_each_requests_own(chunk):
+    cols = RecordColumns.from_records(RECORDS)
+    rows = np.array([0, 2, 3, 7, 8, 12, 17])
+    gaps, offsets = csr_gaps(cols.token_times_s, cols.token_offsets, rows, chunk)
+    for k, i in enumerate(rows):
+        assert gaps[offsets[k] : offsets[k + 1]].tolist() == np.diff(RECORDS[i].token_times_s).tolist()
 
 
 def test_a_killed_writer_loses_only_the_batch_it_was_cutting(tmp_path):
