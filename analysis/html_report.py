@@ -7,6 +7,7 @@ and shared long after the cluster is gone.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from html import escape
 
 import numpy as np
@@ -36,7 +37,7 @@ from analysis.svg import BandSeries, Series, cdf_series, frontier_chart, line_ch
 from analysis.sweep import SweepAnalysis
 from analysis.verdicts import ArmComparison, RunAnalysis
 from result_format.run_result import ArmResult, RunResult
-from workloads.record_columns import RecordColumns, gather_csr
+from workloads.record_columns import RecordColumns, csr_gaps, csr_positions, row_chunks
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1320px;color:#222}
@@ -141,34 +142,43 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return values[~np.isnan(values)]
 
 
-def _ok_itl(cols: RecordColumns) -> np.ndarray:
-    flat, offsets = cols.itl
-    return gather_csr(flat, offsets, np.flatnonzero(cols.ok))[0]
+def _ok_itl_ms(cols: RecordColumns) -> np.ndarray:
+    """Inter-token gaps of the arm's successful requests in ms, made for the chart and dropped after it (a long
+    run's gaps are as large as its token times; ``cols.itl`` would keep them)."""
+    gaps = csr_gaps(cols.token_times_s, cols.token_offsets, np.flatnonzero(cols.ok))[0]
+    gaps *= 1000
+    return gaps
 
 
 def _throughput_series(arm: ArmResult) -> Series:
     """Output tokens/s against time since the round's first send, averaged over the arm's rounds."""
     cols = arm.columns
-    ok = cols.select(cols.ok & ~np.isnan(cols.actual_send_s))
-    if not len(ok):
+    rows = np.flatnonzero(cols.ok & ~np.isnan(cols.actual_send_s))
+    if not rows.size:
         return Series(arm.name, [], [])
-    rounds = ok.rounds()
-    t0 = {rnd: float(ok.intended_send_s[ok.round == rnd].min()) for rnd in rounds}
-    start = np.array([t0[int(rnd)] for rnd in ok.round])
-    times = ok.token_times_s - np.repeat(start, ok.token_counts)
-    if times.size == 0:
+    rounds = cols.round[rows]
+    t0 = {int(rnd): float(cols.intended_send_s[rows][rounds == rnd].min()) for rnd in np.unique(rounds)}
+    start = np.array([t0[int(rnd)] for rnd in rounds])
+    lengths = cols.token_counts[rows]
+
+    def since_start() -> Iterator[np.ndarray]:  # token times less their round's start, a chunk of rows at a time
+        for part in row_chunks(lengths):
+            positions = csr_positions(cols.token_offsets, rows[part])[0]
+            yield cols.token_times_s[positions] - np.repeat(start[part], lengths[part])
+
+    if not lengths.sum():
         return Series(arm.name, [], [])
-    span = float(times.max())
+    span = max(float(t.max()) for t in since_start() if t.size)
     width = max(0.5, span / 60)
     edges = np.arange(0.0, span + width, width)
-    counts, _ = np.histogram(times, bins=edges)
+    counts = np.sum([np.histogram(t, bins=edges)[0] for t in since_start()], axis=0)
     return Series(arm.name, list(edges[:-1]), list(counts / width / len(t0)))
 
 
 def _charts(result: RunResult) -> str:
     ok_arms = [a for a in result.arms if len(a.columns)]
     ttft = [cdf_series(a.name, _finite(a.columns.ttft_s[a.columns.ok]) * 1000) for a in ok_arms]
-    itl = [cdf_series(a.name, _ok_itl(a.columns) * 1000) for a in ok_arms]
+    itl = [cdf_series(a.name, _ok_itl_ms(a.columns)) for a in ok_arms]
     thr = [_throughput_series(a) for a in ok_arms]
     return (
         '<div class="plots">'

@@ -108,18 +108,14 @@ class Draws:
         return np.take(self.counts, self.layout.unit_of[requests], axis=1)
 
     @cached_property
-    def counts_f(self) -> np.ndarray:
-        """The counts as floats, for products (exact: integers far below 2^53)."""
-        return self.counts.astype(np.float64)
-
-    @cached_property
     def counts_by_unit(self) -> np.ndarray:
-        """(units + 1, B) floats, C-ordered: the side a sparse product per unit wants, laid out once per chunk."""
-        return np.ascontiguousarray(self.counts_f.T)
+        """(units + 1, B) floats (exact: integers far below 2^53), C-ordered: the side a sparse product per unit
+        wants, laid out once per chunk; its transpose serves the dense products."""
+        return np.ascontiguousarray(self.counts.T, dtype=np.float64)
 
     def dot(self, weights: np.ndarray) -> np.ndarray:
         """(B, k): each replicate's sum of the (units + 1, k) per-unit weights, exact for integer weights."""
-        return np.rint(self.counts_f @ weights).astype(np.int64)
+        return np.rint(self.counts_by_unit.T @ weights).astype(np.int64)
 
 
 def unit_layouts(arms: Sequence[_HasSlots], rounds: Sequence[int]) -> tuple[list[UnitLayout], list[int]]:

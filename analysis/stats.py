@@ -227,8 +227,11 @@ def slot_bootstrap_chunks(
     done = 0
     while done < resamples:
         k = min(rows, resamples - done)
-        counts = draw_units(sizes, k, rng)
-        yield [Draws(counts, layout) for layout in layouts]
+        counts = draw_units(sizes, k, rng)  # one draw, shared by every arm: the pairing
+        chunk = [Draws(counts, layout) for layout in layouts]
+        del counts
+        yield chunk
+        del chunk  # the next chunk is drawn with this one gone (the caller drops its names too)
         done += k
 
 
@@ -300,6 +303,7 @@ def paired_estimates(
     for ca, cb in slot_bootstrap_chunks([a, b], shared, resamples, rng):
         for acc, x in zip(per_pair, log_ratios(ca, cb), strict=True):
             acc.append(x)
+        del ca, cb  # not held while the next chunk is drawn
     lrs, ses = [], []
     for rounds, parts in zip(pairs, per_pair, strict=True):
         lq_all = np.vstack(parts)
