@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-from array import array
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 import numpy as np
 
-from workloads.health import HealthProbe
+from workloads.health import HealthProbe, LagSummary
 from workloads.http1 import Http1Pool, auth_headers
 from workloads.pacing import ReplayClock, sleep_until
 from workloads.payloads import (
@@ -189,39 +188,21 @@ class _Chains:
         return self.followers[self.offsets[position] : self.offsets[position + 1]]
 
 
-class _FinishedLags(Sequence[RequestRecord]):
-    """What the health probe reads of the finished records (how many, and each one's dispatch lag), kept as
-    three floats a record instead of the records: a million-request replay must not grow by its records.
-    Items are made on demand and hold only the send times and the cap wait."""
+class _FinishedLags:
+    """What the health probe reads of the finished records: how many, and their dispatch lags in fixed memory
+    (``LagSummary``); a million-request replay must not grow by its records."""
 
     def __init__(self) -> None:
-        self._intended_s, self._actual_s, self._cap_wait_s = array("d"), array("d"), array("d")
+        self.count = 0
+        self.dispatch_ms = LagSummary()
 
     def append(self, rec: RequestRecord) -> None:
-        self._intended_s.append(rec.intended_send_s)
-        self._actual_s.append(float("nan") if rec.actual_send_s is None else rec.actual_send_s)
-        self._cap_wait_s.append(rec.cap_wait_s)
+        self.count += 1
+        if (lag := rec.dispatch_lag_ms) is not None:
+            self.dispatch_ms.add(lag)
 
     def __len__(self) -> int:
-        return len(self._intended_s)
-
-    @overload
-    def __getitem__(self, i: int) -> RequestRecord: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[RequestRecord]: ...
-    def __getitem__(self, i: int | slice) -> RequestRecord | Sequence[RequestRecord]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(len(self))[i]]
-        actual = self._actual_s[i]
-        return RequestRecord.model_construct(  # a stand-in: only the fields the lag is computed from are real
-            index=i,
-            arm="",
-            prompt_tokens_requested=0,
-            output_tokens_requested=0,
-            intended_send_s=self._intended_s[i],
-            actual_send_s=None if math.isnan(actual) else actual,
-            cap_wait_s=self._cap_wait_s[i],
-        )
+        return self.count
 
 
 def _pool(s: ClientSettings) -> Http1Pool:
@@ -482,7 +463,7 @@ async def replay(
             if timer is not None:
                 timer.close()
             if health is not None:
-                await health.stop(run.finished)
+                await health.stop(run.finished.count, run.finished.dispatch_ms)
     finally:
         pool.close()
 

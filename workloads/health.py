@@ -8,7 +8,9 @@ client's limit" instead of publishing them as the engine's.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -61,13 +63,60 @@ def client_bound(
     return ClientBound(flagged=p99 is not None and p99 > bound_ms, dispatch_lag_p99_ms=p99, bound_ms=bound_ms)
 
 
+EXACT_LAGS = 100_000
+"""Lags a ``LagSummary`` keeps one by one (800 kB); past them, bins: a replay of a million requests, or a day of
+event-loop probes, in fixed memory."""
+_FLOOR_MS, _LOG_STEP = 1e-3, math.log(1.01)
+_BINS = 2 + int(math.log(1e7 / _FLOOR_MS) / _LOG_STEP)  # 1 us to 10^4 s in steps of 1%, then everything above
+
+
+def _bin_of(lag_ms: float) -> int:
+    return 0 if lag_ms < _FLOOR_MS else min(_BINS - 1, 1 + int(math.log(lag_ms / _FLOOR_MS) / _LOG_STEP))
+
+
+class LagSummary:
+    """Lags in ms, for their percentiles: exact up to ``EXACT_LAGS`` of them, then counted in bins 1% wide (each
+    read at its geometric middle, so a percentile is within 0.5%) and the largest kept exactly."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.max_ms = 0.0
+        self._exact: array[float] | None = array("d")
+        self._bins: list[int] = []
+
+    def add(self, lag_ms: float) -> None:
+        self.count += 1
+        self.max_ms = max(self.max_ms, lag_ms)
+        if self._exact is None:
+            self._bins[_bin_of(lag_ms)] += 1
+            return
+        self._exact.append(lag_ms)
+        if len(self._exact) > EXACT_LAGS:
+            self._bins = [0] * _BINS
+            for v in self._exact:
+                self._bins[_bin_of(v)] += 1
+            self._exact = None
+
+    def percentile(self, q: float) -> float | None:
+        """numpy's (linear) percentile while exact; then the middle of the bin holding that rank."""
+        if self.count == 0:
+            return None
+        if self._exact is not None:
+            return float(np.percentile(np.frombuffer(self._exact, dtype=np.float64), q))
+        cum = np.cumsum(self._bins)
+        k = int(np.searchsorted(cum, q / 100.0 * (self.count - 1), side="right"))
+        if k == 0:
+            return 0.0
+        return min(self.max_ms, _FLOOR_MS * math.exp((k - 0.5) * _LOG_STEP))
+
+
 class HealthProbe:
     """Runs beside a replay; ``result`` is set when the replay ends."""
 
     def __init__(self, client: int = 0, node_id: str | None = None) -> None:
         self.client, self.node_id = client, node_id
         self.result: ClientHealth | None = None
-        self._lags_ms: list[float] = []
+        self._lags_ms = LagSummary()
         self._task: asyncio.Task[None] | None = None
         self._wall0 = self._cpu0 = 0.0
 
@@ -79,23 +128,24 @@ class HealthProbe:
         while True:
             t = time.perf_counter()
             await asyncio.sleep(LOOP_PROBE_INTERVAL_S)
-            self._lags_ms.append(max(0.0, (time.perf_counter() - t - LOOP_PROBE_INTERVAL_S) * 1000.0))
+            self._lags_ms.add(max(0.0, (time.perf_counter() - t - LOOP_PROBE_INTERVAL_S) * 1000.0))
 
-    async def stop(self, records: Sequence[RequestRecord]) -> ClientHealth:
+    async def stop(self, requests: int, dispatch_lags_ms: LagSummary) -> ClientHealth:
+        """``requests``: records the replay produced; ``dispatch_lags_ms``: their dispatch lags (sent ones)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         wall = time.perf_counter() - self._wall0
-        lags = np.asarray(self._lags_ms or [0.0])
+        loop = self._lags_ms
         self.result = ClientHealth(
             client=self.client,
             node_id=self.node_id,
-            requests=len(records),
+            requests=requests,
             wall_s=wall,
             cpu_percent=100.0 * (time.process_time() - self._cpu0) / wall if wall > 0 else 0.0,
-            loop_lag_p50_ms=float(np.percentile(lags, 50)),
-            loop_lag_p99_ms=float(np.percentile(lags, 99)),
-            loop_lag_max_ms=float(lags.max()),
-            dispatch_lag_p99_ms=dispatch_lag_p99_ms(records),
+            loop_lag_p50_ms=loop.percentile(50) or 0.0,
+            loop_lag_p99_ms=loop.percentile(99) or 0.0,
+            loop_lag_max_ms=loop.max_ms,
+            dispatch_lag_p99_ms=dispatch_lags_ms.percentile(99),
         )
         return self.result

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 import pytest
 
 from bench.stream_server import _Server
+from workloads import health
 from workloads.arrivals.closed_loop import ClosedLoopArrivalSpec
 from workloads.client import ClientSettings, replay
 from workloads.schedule_columns import ScheduleColumns
@@ -62,3 +64,21 @@ def test_columns_and_the_list_they_came_from_replay_the_same_requests():
     assert sorted(tuple(getattr(r, f) for f in fields) for r in from_cols) == sorted(
         tuple(getattr(r, f) for f in fields) for r in from_list
     )
+
+
+@pytest.mark.parametrize("exact_lags", [10**6, 1_000])
+def test_lag_percentiles_are_exact_while_few_then_within_a_percent_in_fixed_memory(monkeypatch, exact_lags):
+    monkeypatch.setattr(health, "EXACT_LAGS", exact_lags)
+    rng = np.random.default_rng(exact_lags)
+    lags = np.concatenate((np.zeros(300), rng.lognormal(-1, 1.5, 20_000), [5e8]))  # 0 ms, sub-ms, ms, off the scale
+    summary = health.LagSummary()
+    for v in lags:
+        summary.add(float(v))
+    assert summary.count == lags.size and summary.max_ms == lags.max()
+    for q in (50, 90, 99):
+        want = np.percentile(lags, q)
+        got = summary.percentile(q)
+        assert got == want if exact_lags > lags.size else got == pytest.approx(want, rel=0.01)
+    assert health.LagSummary().percentile(99) is None
+    if exact_lags < lags.size:
+        assert summary._exact is None and len(summary._bins) == health._BINS  # the same size after 20k or 20M
