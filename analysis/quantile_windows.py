@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import sparse
 
 from analysis.resampling_units import Draws
+from workloads.record_columns import row_chunks
 
 Family = tuple[np.ndarray, np.ndarray, np.ndarray]
 """(finite values ascending, the request owning each, how many equal values of that request it stands for)."""
@@ -63,16 +65,27 @@ SIGMA_SAMPLE_REQUESTS = 20_000
 """Requests (evenly spaced) a window's width is estimated from: the width only needs to be about right."""
 
 
+def count_dtype(offsets: np.ndarray) -> np.dtype[np.signedinteger[Any]]:
+    """The smallest integer type that holds a count of one request's values (CSR ``offsets``): these per-request
+    counts are kept per family and round set for the whole bootstrap, and a request has tens of tokens."""
+    longest = int(np.diff(offsets).max()) if offsets.size > 1 else 0
+    return np.dtype(np.result_type(np.min_scalar_type(-longest - 1), np.int8))
+
+
 def per_request_count(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """How many values of each request (CSR ``offsets``) ``mask`` keeps, as floats; one pass, no owner array."""
+    """How many values of each request (CSR ``offsets``) ``mask`` keeps (``count_dtype``); requests a few million
+    values at a time, as ``reduceat`` first casts what it sums to int64."""
     n = offsets.size - 1
-    out = np.zeros(n)
+    out = np.zeros(n, dtype=count_dtype(offsets))
     if n == 0 or mask.size == 0:
         return out
-    # A trailing zero lets every request's start be a valid index, an empty request's included.
-    sums = np.add.reduceat(np.append(mask, False), offsets[:-1], dtype=np.int64)
-    has = offsets[1:] > offsets[:-1]
-    out[has] = sums[has]
+    for part in row_chunks(np.diff(offsets), _PASS_VALUES):
+        lo, hi = int(offsets[part.start]), int(offsets[part.stop])
+        starts = offsets[part.start : part.stop] - lo
+        # A trailing zero lets every request's start be a valid index, an empty request's included.
+        sums = np.add.reduceat(np.append(mask[lo:hi], False), starts, dtype=np.int64)
+        has = offsets[part.start + 1 : part.stop + 1] > offsets[part.start : part.stop]
+        out[part][has] = sums[has]
     return out
 
 
@@ -98,7 +111,7 @@ def _sigma(values: np.ndarray, offsets: np.ndarray, member: np.ndarray, per_requ
     return float(np.sqrt(np.sum((a - q / 100.0 * t) ** 2) * requests.size / sample.size))
 
 
-_PASS_VALUES = 4_000_000
+_PASS_VALUES = 1_000_000
 
 
 def _counts_below(
@@ -123,7 +136,7 @@ def _counts_below(
         per[r0:r1] += np.bincount(bucket, minlength=(r1 - r0) * width).reshape(r1 - r0, width)
     cum = np.cumsum(per, axis=1, dtype=np.int32)
     # A value is below cut k exactly when fewer than k + 1 cuts are at or below it: buckets 0..k.
-    return [cum[:, int(np.searchsorted(cuts, e))].astype(np.float64) for e in edges]
+    return [cum[:, int(np.searchsorted(cuts, e))].astype(count_dtype(offsets)) for e in edges]
 
 
 SELECT_SAMPLE_VALUES = 1_000_000

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -85,6 +84,9 @@ class Draws:
 
     counts: np.ndarray  # (B, units + 1); the last column is zero
     layout: UnitLayout
+    shared: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """What is derived from ``counts`` alone, shared by every arm's ``Draws`` of one chunk (they pair the arms by
+    holding the same counts): the float transpose is made once, not once per arm."""
 
     @classmethod
     def of(cls, per_request: np.ndarray) -> Draws:
@@ -107,11 +109,13 @@ class Draws:
         copies)."""
         return np.take(self.counts, self.layout.unit_of[requests], axis=1)
 
-    @cached_property
+    @property
     def counts_by_unit(self) -> np.ndarray:
         """(units + 1, B) floats (exact: integers far below 2^53), C-ordered: the side a sparse product per unit
         wants, laid out once per chunk; its transpose serves the dense products."""
-        return np.ascontiguousarray(self.counts.T, dtype=np.float64)
+        if "by_unit" not in self.shared:
+            self.shared["by_unit"] = np.ascontiguousarray(self.counts.T, dtype=np.float64)
+        return self.shared["by_unit"]
 
     def dot(self, weights: np.ndarray) -> np.ndarray:
         """(B, k): each replicate's sum of the (units + 1, k) per-unit weights, exact for integer weights."""
@@ -147,7 +151,7 @@ def unit_layouts(arms: Sequence[_HasSlots], rounds: Sequence[int]) -> tuple[list
 def draw_units(sizes: Sequence[int], resamples: int, rng: np.random.Generator) -> np.ndarray:
     """(resamples, sum(sizes) + 1) counts: each round's units redrawn with replacement, rounds end to end."""
     total = int(sum(sizes))
-    out = np.zeros((resamples, total + 1), dtype=np.int64)
+    out = np.zeros((resamples, total + 1), dtype=np.int32)  # a unit drawn 2^31 times in one replicate: never
     lo = 0
     for size in sizes:
         if size == 0:

@@ -28,6 +28,10 @@ from workloads.records import RequestRecord
 
 FloatArray = np.ndarray
 FAMILIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+ITL_DTYPE = np.float32
+"""Inter-token gaps are kept in single precision: 7 significant digits (1 ns on a 10 ms gap, 0.1 us on a 1 s
+one, far below the client's timer and scheduling noise) for half the memory of a long run's largest array.
+Ratios of their quantiles move by about 1e-7 against double precision."""
 
 
 def arm_control_of(arm: ArmResult) -> str | None:
@@ -216,7 +220,7 @@ def arm_samples(
     usable = cols.ok & ~np.isnan(cols.ttft_s) & ~np.isnan(cols.e2e_s)
     rows = np.flatnonzero(usable if keep is None else usable & keep)
     shift = _level_shifts(cols, rows)
-    itl_flat, itl_offsets = csr_gaps(cols.token_times_s, cols.token_offsets, rows)
+    itl_flat, itl_offsets = csr_gaps(cols.token_times_s, cols.token_offsets, rows, dtype=ITL_DTYPE)
     times, tok_offsets = token_events(cols)
     tokens = np.where(cols.output_tokens > 0, cols.output_tokens, cols.token_counts)
     return ArmSamples(

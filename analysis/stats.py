@@ -209,7 +209,8 @@ def unit_bootstrap(
     """``slot_bootstrap`` as per-unit draws, one ``Draws`` per arm sharing the same counts."""
     layouts, sizes = unit_layouts(arms, rounds)
     counts = draw_units(sizes, resamples, rng)
-    return [Draws(counts, layout) for layout in layouts]
+    shared: dict[str, np.ndarray] = {}
+    return [Draws(counts, layout, shared) for layout in layouts]
 
 
 BOOTSTRAP_CHUNK_ELEMENTS = 8_000_000
@@ -228,8 +229,9 @@ def slot_bootstrap_chunks(
     while done < resamples:
         k = min(rows, resamples - done)
         counts = draw_units(sizes, k, rng)  # one draw, shared by every arm: the pairing
-        chunk = [Draws(counts, layout) for layout in layouts]
-        del counts
+        shared: dict[str, np.ndarray] = {}
+        chunk = [Draws(counts, layout, shared) for layout in layouts]
+        del counts, shared
         yield chunk
         del chunk  # the next chunk is drawn with this one gone (the caller drops its names too)
         done += k

@@ -57,8 +57,8 @@ def csr_positions(offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.
     return np.arange(int(new_offsets[-1]), dtype=np.int64) + shift, new_offsets
 
 
-CHUNK_VALUES = 4_000_000
-"""Flat values one pass over CSR rows reads at a time: its temporaries (positions, values) stay near 64 MB
+CHUNK_VALUES = 1_000_000
+"""Flat values one pass over CSR rows reads at a time: its temporaries (positions, values) stay near 16 MB
 however long the run, where a whole-array pass over a million requests' tokens made several 300 MB copies."""
 
 
@@ -73,14 +73,19 @@ def row_chunks(lengths: np.ndarray, chunk_values: int = CHUNK_VALUES) -> list[sl
 
 
 def csr_gaps(
-    flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, chunk_values: int = CHUNK_VALUES
+    flat: np.ndarray,
+    offsets: np.ndarray,
+    rows: np.ndarray,
+    chunk_values: int = CHUNK_VALUES,
+    dtype: type[np.floating[Any]] = np.float64,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Differences of consecutive values inside each of the rows ``rows`` (inter-token gaps from token times),
     end to end, with their offsets; read in chunks, so nothing the size of all the values is made but the
-    result. The same subtractions as ``np.diff`` over the whole array, so the same bits."""
+    result. The same subtractions as ``np.diff`` over the whole array, so the same bits (then rounded to
+    ``dtype``)."""
     lengths = offsets[rows + 1] - offsets[rows]
     new_offsets = _offsets(np.maximum(lengths - 1, 0))
-    out = np.empty(int(new_offsets[-1]))
+    out = np.empty(int(new_offsets[-1]), dtype=dtype)
     for part in row_chunks(lengths, chunk_values):
         positions, part_offsets = csr_positions(offsets, rows[part])
         gaps = np.diff(flat[positions])

@@ -158,8 +158,9 @@ def test_a_run_without_a_sweep_gets_the_same_analysis_as_before():
     assert (c.b_arm, c.n_a, c.n_b, c.notes) == ("B", 520, 520, [])
     for m in c.metrics:
         ratio, ci, verdict = GOLDEN[m.metric]
-        assert (m.ratio, m.verdict) == (pytest.approx(ratio, rel=1e-12), verdict), m.metric
-        assert (m.ci is None) == (ci is None) and (ci is None or m.ci == pytest.approx(ci, rel=1e-12)), m.metric
+        rel = 1e-6 if m.metric.startswith("itl_") else 1e-12  # gaps are single precision since (ITL_DTYPE)
+        assert (m.ratio, m.verdict) == (pytest.approx(ratio, rel=rel), verdict), m.metric
+        assert (m.ci is None) == (ci is None) and (ci is None or m.ci == pytest.approx(ci, rel=rel)), m.metric
     cpu = analyse_run(load_result(CPU_RESULT), SETTINGS).comparisons[0]
     assert {k: cpu.metric(k).ratio for k in CPU_GOLDEN} == pytest.approx(CPU_GOLDEN, rel=1e-12)
     assert [m.verdict for m in cpu.metrics].count("no verdict (design)") == 6 and cpu.notes == []
