@@ -123,10 +123,8 @@ def _counts_below(
     width = cuts.size + 2  # buckets: 0..cuts.size by how many cuts are at or below a value, then "not a member"
     per = np.zeros((n, width), dtype=np.int32)  # a request's values: far below 2^31
     lengths = np.diff(offsets)
-    # Requests a few million values at a time, so the per-value temporaries stay small.
-    starts = np.searchsorted(offsets, np.arange(0, int(offsets[-1]), _PASS_VALUES), side="right") - 1
-    bounds = np.unique(np.concatenate((np.clip(starts, 0, n), [0, n])))
-    for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+    for part in row_chunks(lengths, _PASS_VALUES):  # so the per-value temporaries stay small
+        r0, r1 = part.start, part.stop
         lo, hi = int(offsets[r0]), int(offsets[r1])
         if hi <= lo:
             continue

@@ -113,8 +113,13 @@ def block_rates(
     span = end_s - start_s
     if span <= 0 or blocks < 1:
         return np.full(max(blocks, 1), np.nan)
-    idx = np.clip(((np.asarray(times_s) - start_s) / span * blocks).astype(np.int64), 0, blocks - 1)
+    idx = _block_of(np.asarray(times_s), start_s, span, blocks)
     return np.bincount(idx, weights=np.asarray(weights, dtype=np.float64), minlength=blocks) / (span / blocks)
+
+
+def _block_of(times_s: np.ndarray, start_s: float, span_s: float, blocks: int) -> np.ndarray:
+    """The block of [start_s, start_s + span_s] each time falls in (times outside count in the end blocks)."""
+    return np.clip(((times_s - start_s) / span_s * blocks).astype(np.int64), 0, blocks - 1)
 
 
 def t_interval(value: float, se: float, dof: float, level: float = RATE_CI_LEVEL) -> tuple[float, float] | None:
@@ -202,7 +207,7 @@ def csr_block_rates(
         times = flat[csr_positions(offsets, rows[part])[0]]
         if row_shift_s is not None:
             times = times + np.repeat(row_shift_s[part], lengths[part])
-        idx = np.clip(((times - start_s) / span * blocks).astype(np.int64), 0, blocks - 1)
+        idx = _block_of(times, start_s, span, blocks)
         total += np.bincount(idx, weights=np.repeat(row_weight[part], lengths[part]), minlength=blocks)
     return total / (span / blocks)
 
