@@ -280,6 +280,14 @@ class ExperimentConfig(FrozenStrictModel):
         description="Rounds. interleaved: arms run A B B A ... on the same resources, a fresh engine each turn; "
         "parallel: engines stay up and the prefix cache is reset and health checked between rounds.",
     )
+    first_round: int = Field(
+        0,
+        ge=0,
+        description="Index of this run's first round. A run that continues an earlier run's rounds in another "
+        "stretch of machine time (a GPU hold too short for all of them) starts where that one stopped: its rounds "
+        "get prompts of their own, the A B B A order and the sweep's level order carry on, and `moeperf combine` "
+        "pools the runs into one result whose rounds are all of theirs.",
+    )
     sweep: SweepSpec | None = Field(
         None,
         description="Load levels every arm runs on one engine per round (a throughput-latency curve per arm); "

@@ -113,6 +113,22 @@ def cmd_recover(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_combine(ns: argparse.Namespace) -> int:
+    from cluster.orchestration.combine import combine
+
+    try:
+        result = combine([Path(r) for r in ns.runs], Path(ns.out), ["moeperf", "combine", *sys.argv[2:]])
+    except ConfigError as e:
+        print(f"moeperf: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    rounds = ", ".join(f"{a.name} {a.rounds}" for a in result.arms)
+    print(
+        f"combined {len(ns.runs)} runs into {Path(ns.out) / 'result.json'} (status {result.status}); rounds per arm: "
+        f"{rounds}; render it with: moeperf report {ns.out}"
+    )
+    return EXIT_OK
+
+
 def cmd_show_default(ns: argparse.Namespace) -> int:
     import yaml
 
@@ -169,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("run_dir", help="The run folder, runs/<id>.")
     rec.add_argument("--force", action="store_true", help="Rebuild even if result.json exists.")
     rec.set_defaults(func=cmd_recover)
+    comb = sub.add_parser(
+        "combine",
+        help="Pool runs of one experiment made in separate stretches of machine time (each with its own "
+        "--first_round) into one result of all their rounds.",
+    )
+    comb.add_argument("runs", nargs="+", help="Run folders (runs/<id>) or their result.json, two or more.")
+    comb.add_argument("--out", required=True, help="New folder for the combined result.")
+    comb.set_defaults(func=cmd_combine)
     dflt = sub.add_parser("default", help="Print the embedded default experiment as YAML.")
     dflt.set_defaults(func=cmd_show_default)
     for name, (module, help_text) in DELEGATED.items():

@@ -113,7 +113,7 @@ def plan_turns(cfg: ExperimentConfig) -> list[Turn]:
     if cfg.engine.cache_state == "shared_warm":
         turns += [Turn("warmup", 0, (s.name,)) for s in arm_settings(cfg)]
     names = tuple(a.name for a in cfg.arms)
-    for round_index in range(cfg.rounds):
+    for round_index in range(cfg.first_round, cfg.first_round + cfg.rounds):
         if cfg.placement == "parallel":
             turns.append(Turn("measured", round_index, names))
         else:  # A B B A ...: alternating order cancels linear drift
@@ -455,8 +455,8 @@ class Driver:
 
     def _parallel_round(self, runners: list[ArmRunner], round_index: int) -> None:
         """All arms at once, each on its own resources, from one common start; engines stay up across rounds."""
-        if round_index == 0:
-            live = [r for r in runners if not r.failed and self._start(r, 0)]
+        if round_index == self.cfg.first_round:
+            live = [r for r in runners if not r.failed and self._start(r, round_index)]
         else:
             live = [r for r in runners if r.engine is not None and not r.failed and r.between_rounds()]
         with self._round_of(live, round_index):
