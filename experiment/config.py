@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from common.strict import FrozenStrictModel
 from experiment.slo import SloSpec
@@ -157,6 +164,16 @@ class ArmSpec(FrozenStrictModel):
         if not ARM_NAME.match(v):
             raise ValueError(f"arm name {v!r} must match {ARM_NAME.pattern}")
         return v
+
+    @model_serializer(mode="wrap")
+    def _control_inherits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A control that was given no flags is written without them, so that the saved config (config.yaml,
+        result.json) reads back: written out, its default flags would be a control whose flags differ from
+        a flagged target's."""
+        data: dict[str, Any] = handler(self)
+        if self.control_of is not None and "flags" not in self.model_fields_set:
+            data.pop("flags", None)
+        return data
 
 
 class ChaosSpec(FrozenStrictModel):
@@ -336,7 +353,9 @@ class ExperimentConfig(FrozenStrictModel):
             target = by_name.get(arm.control_of)
             if target is None or target.control_of is not None or target is arm:
                 raise ValueError(f"arms.{i}.control_of: {arm.control_of!r} is not another, non-control arm")
-            if "flags" in arm.model_fields_set and arm.flags != target.flags:
+            # Default flags on a control read as none given: files written before controls were saved without
+            # them (2026-12-02) hold a flagged target's control with every flag at its default.
+            if "flags" in arm.model_fields_set and arm.flags not in (target.flags, OptimizationFlags()):
                 raise ValueError(f"arms.{i}.flags: an A/A control must have the flags of {target.name!r}")
             if arm.enforce_eager is not None and arm.enforce_eager != self.arm_enforce_eager(target):
                 raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from experiment.config import ConfigError, ExperimentConfig, load_experiment, parse_experiment
 from moe_opt.flags import OptimizationFlags
@@ -122,3 +123,23 @@ def test_a_partial_engine_section_keeps_the_experiment_defaults_it_does_not_set(
     assert (chosen.enforce_eager, chosen.cache_state) == (False, "shared_warm")
     legacy = parse_experiment({"engine": {"fresh_triton_cache": False}}).engine
     assert legacy.cache_state == "as_found"
+
+
+def test_a_control_of_a_flagged_arm_reads_back_from_the_saved_config():
+    # Seen on the H200 (2026-12-02): the result of an experiment whose control duplicates a flagged arm could
+    # not be read back, because the saved config gave the control default flags that differ from its target's.
+    cfg = parse_experiment(
+        {"name": "x", "arms": [{"name": "off", "flags": {"swap_ab": False}}, {"name": "off-c", "control_of": "off"}]}
+    )
+    saved = cfg.model_dump(mode="json")
+    assert "flags" not in saved["arms"][1]
+    again = ExperimentConfig.model_validate(yaml.safe_load(yaml.safe_dump(saved)))
+    assert again == cfg and again.arm_flags(again.arms[1]).swap_ab is False
+    # A file written before the fix (the control's flags at their defaults) still reads, as the target's flags.
+    saved["arms"][1]["flags"] = OptimizationFlags().model_dump(mode="json")
+    old = ExperimentConfig.model_validate(saved)
+    assert old.arm_flags(old.arms[1]).swap_ab is False
+    # Flags given and different from both are still refused.
+    saved["arms"][1]["flags"] = {"swap_ab": True}
+    with pytest.raises(ValidationError, match="an A/A control must have the flags of 'off'"):
+        ExperimentConfig.model_validate(saved)
