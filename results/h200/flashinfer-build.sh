@@ -43,10 +43,11 @@ print("ninja file:", spec.ninja_path if hasattr(spec, "ninja_path") else spec.na
 spec.build(verbose=True)
 print(f"BUILD DONE in {time.monotonic() - t0:.0f} s: {spec.jit_library_path}", flush=True)
 ' >>"$FI_LOG.ninja" 2>&1 &
-  (while sleep 30; do
-     echo "$(date -u +%FT%TZ) objects=$(objects) nvcc=$(pgrep -c nvcc || true)" >>"$FI_LOG"
+  # The monitor needs a session of its own too: the device kills what a call leaves in the call's session.
+  FI_WS=$FI_WS FI_LOG=$FI_LOG setsid nohup bash -c 'while sleep 30; do
+     echo "$(date -u +%FT%TZ) objects=$(find "$FI_WS" -path "*fused_moe_90*" -name "*.o" | wc -l) nvcc=$(pgrep -c nvcc)" >>"$FI_LOG"
      grep -q "BUILD DONE" "$FI_LOG.ninja" 2>/dev/null && break
-   done) </dev/null >/dev/null 2>&1 &
+   done' </dev/null >/dev/null 2>&1 &
   disown -a
   ;;
 status)
