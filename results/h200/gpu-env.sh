@@ -10,7 +10,8 @@ nvidia-smi >"$C/nvsmi.txt" 2>&1
 step() { echo "$(date -u +%FT%TZ) $*" >>"$C/progress"; }
 study() {
   step "start $1"
-  python3 -m cluster.cli run "experiments/$1.yaml" --output_dir "$C/runs" >"$C/$1.log" 2>&1
+  # MOEPERF_ARGS: more options for every study, e.g. "--first_round 2" for a hold that continues the rounds.
+  python3 -m cluster.cli run "experiments/$1.yaml" --output_dir "$C/runs" ${MOEPERF_ARGS:-} >"$C/$1.log" 2>&1
   step "end $1 rc=$?"
 }
 gpu_test() {
