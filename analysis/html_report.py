@@ -12,7 +12,7 @@ from html import escape
 
 import numpy as np
 
-from analysis import engine_window, fmt
+from analysis import compile_attribution, engine_window, fmt
 from analysis.markdown import (
     CAPACITY_HEADERS,
     LEVEL_VERDICT_HEADERS,
@@ -261,6 +261,24 @@ def _engine_window(result: RunResult) -> str:
     )
 
 
+def _compile_attribution(result: RunResult) -> str:
+    """Only when some arm logged a compile while serving (the same content as the Markdown's section)."""
+    attributions = compile_attribution.attribute_run(result.arms)
+    if not attributions:
+        return ""
+    parts = [
+        f"<h2>{escape(compile_attribution.SECTION_TITLE)}</h2>",
+        f"<p>{escape(compile_attribution.SECTION_INTRO)}</p>",
+        _table(compile_attribution.SUMMARY_HEADERS, compile_attribution.summary_rows(attributions), cls="compiles"),
+    ]
+    for x in attributions:
+        rows, left_out = compile_attribution.event_rows(x)
+        parts += [f"<h3>{escape(x.arm)}</h3>", _table(compile_attribution.EVENT_HEADERS, rows, cls="compiles")]
+        if left_out:
+            parts.append(f'<p class="muted">{left_out} more compile event(s) of {escape(x.arm)} not listed.</p>')
+    return "".join(parts)
+
+
 def _arms(result: RunResult) -> str:
     rows = []
     for a in result.arms:
@@ -371,6 +389,7 @@ family-wise alpha {analysis.settings.alpha}, minimum effect
 <h2>Rates per arm</h2>{_rates(analysis)}
 <h2>Latency and throughput</h2>{_charts(result)}
 <h2>Per-rank step stalls and Triton compile events</h2>{_engine_window(result)}
+{_compile_attribution(result)}
 <h2>Arms and their flags</h2>{_arms(result)}
 {f"<h2>Run notes</h2><ul>{notes}</ul>" if notes else ""}
 <h2>Environment</h2><pre>{escape(json.dumps(result.environment, indent=2, sort_keys=True))}</pre>

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis import engine_window, fmt
+from analysis import compile_attribution, engine_window, fmt
 from analysis.nightly import NightlyVerdict
 from analysis.sweep import (
     TABLE_LATENCIES,
@@ -192,6 +192,27 @@ def _engine_window(result: RunResult) -> list[str]:
         *_md_table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms)),
         "",
     ]
+
+
+def _compile_attribution(result: RunResult) -> list[str]:
+    """Only when some arm logged a compile while serving: most runs have none, and an empty table says nothing."""
+    attributions = compile_attribution.attribute_run(result.arms)
+    if not attributions:
+        return []
+    lines = [
+        f"## {compile_attribution.SECTION_TITLE}",
+        "",
+        compile_attribution.SECTION_INTRO,
+        "",
+        *_md_table(compile_attribution.SUMMARY_HEADERS, compile_attribution.summary_rows(attributions)),
+        "",
+    ]
+    for x in attributions:
+        rows, left_out = compile_attribution.event_rows(x)
+        lines += [f"{x.arm}:", "", *_md_table(compile_attribution.EVENT_HEADERS, rows), ""]
+        if left_out:
+            lines += [f"({left_out} more compile event(s) of {x.arm} not listed)", ""]
+    return lines
 
 
 # --- load sweep (only for runs with a sweep) ----------------------------------------------------------------
@@ -385,6 +406,7 @@ def render_markdown(
         )
     lines.append("")
     lines += _engine_window(result)
+    lines += _compile_attribution(result)
     if analysis.arm_rates:
         lines += ["## Rates", "", rates_sentence(analysis), "", *_md_table(RATE_HEADERS, rate_rows(analysis)), ""]
     if sweep is not None:

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from analysis import design, stats
 from analysis.compilation import compile_check
+from analysis.compile_attribution import CompileAttributionSummary, attribute_run
 from analysis.samples import ArmSamples, arm_control_of
 from analysis.steady_state import SteadyStateRule, judged_arms
 from common.strict import StrictModel
@@ -119,6 +120,11 @@ class RunAnalysis(StrictModel):
     arm_rates: dict[str, ArmRates] = Field(
         default_factory=dict,
         description="Per arm, over all its measured requests: the rates the console table prints (ArmSummary).",
+    )
+    compile_attribution: dict[str, CompileAttributionSummary] = Field(
+        default_factory=dict,
+        description="Per arm that logged Triton compiles while serving: how many, and the TTFT of the measured "
+        "requests that waited for one against the rest (analysis.compile_attribution).",
     )
 
     @property
@@ -329,4 +335,5 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
         warmup_excluded={k: v for k, v in judged.cuts.items() if v},
         skipped_arms=judged.skipped,
         arm_rates={a.name: arm_rates(a.columns.measured, slo) for a in result.arms if len(a.columns.measured)},
+        compile_attribution={x.arm: x.summary for x in attribute_run(result.arms)},
     )

@@ -139,6 +139,27 @@ class ShardResult(_Model):
     error: str | None = None
 
 
+class CompileEventRecord(_Model):
+    """One Triton JIT compile (or on-disk cache load) of one worker rank, as the plugin logged it.
+
+    Kept per event, not only as counters, so the analysis can tell which requests waited for it
+    (``analysis.compile_attribution``): its end on the Unix clock, and its wall time before that.
+    """
+
+    round: int = Field(description="Round whose replay it was collected after (the engine instance of that round).")
+    rank: int = Field(description="Worker rank that compiled.")
+    kernel: str = Field(description="Qualified name of the @triton.jit function.")
+    cache_hit: bool | None = Field(
+        description="True: loaded from the on-disk cache; false: really compiled; null: Triton did not say."
+    )
+    wall_s: float = Field(description="Seconds from the cache miss to the kernel being ready (the launch waited).")
+    compiler_s: float | None = Field(description="The compiler's own stage total; null for a cache load or unknown.")
+    end_epoch_s: float = Field(description="When the kernel became ready (Unix time, s).")
+    phase: Literal["startup", "serving"] = Field(
+        description="'serving': after the rank's first model step (requests may have waited); 'startup': before."
+    )
+
+
 class LevelResult(_Model):
     """One sweep level of one arm: its measured requests (warm-up share excluded) over every round."""
 
@@ -185,6 +206,11 @@ class ArmResult(_Model):
     )
     triton_compiles_in_window: int | None = Field(
         None, description="Triton JIT compilations while requests were being measured; null if not exported."
+    )
+    compile_events: list[CompileEventRecord] = Field(
+        default_factory=list,
+        description="Every Triton compile the engine's ranks logged, per round (start-up ones included); empty when "
+        "the engine logged none or the result predates them.",
     )
     observed: ObservedEngine | None = Field(
         None,

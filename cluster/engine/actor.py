@@ -26,6 +26,7 @@ from cluster.engine.command import (
     jit_cache_dir_for,
     server_command,
 )
+from cluster.engine.compile_events import CompileEventReader
 from cluster.engine.observed import observe_engine
 from cluster.engine.server import EngineStartError, ServerProcess
 from cluster.engine.startup_log import moe_backends_in_log
@@ -33,7 +34,7 @@ from common.environment import package_version
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
 from moe_opt.flags import OptimizationFlags
-from result_format.run_result import EngineInfo, ObservedEngine
+from result_format.run_result import CompileEventRecord, EngineInfo, ObservedEngine
 
 
 def resolve_model_path(model: ModelSpec) -> str:
@@ -80,6 +81,7 @@ class EngineActor:
             )
         self.server: ServerProcess | None = None
         self.log_dir = Path(tempfile.mkdtemp(prefix=f"moeperf-engine-{arm}-"))
+        self.compile_events_reader: CompileEventReader | None = None  # of the latest server start attempt
 
     def _host(self) -> str:
         return ray.util.get_node_ip_address() if self.engine.host == "node-ip" else self.engine.host
@@ -88,6 +90,9 @@ class EngineActor:
         """The arm's server on ``port``, with the plugin's labels, fresh per-start directories and its JIT caches."""
         # vLLM sums every .db file in this dir: a fresh one per server start, so a failed attempt counts nothing.
         metrics_dir = Path(tempfile.mkdtemp(prefix="prometheus-", dir=self.log_dir))
+        # Likewise the ranks' compile events: only the attempt that came up is read.
+        events_dir = Path(tempfile.mkdtemp(prefix="compile-events-", dir=self.log_dir))
+        self.compile_events_reader = CompileEventReader(events_dir)
         labels = PluginLabels(
             arm=self.arm, run_id=self.run_id, engine=f"{self.run_id}/{self.arm}", node=platform.node()
         )
@@ -103,6 +108,7 @@ class EngineActor:
             metrics_dir=metrics_dir,
             gpu_ids=self.gpu_ids,
             jit_cache_dir=jit_cache_dir_for(self.engine, self.jit_cache_dir, self.log_dir),
+            compile_events_dir=events_dir,
         )
         return command
 
@@ -194,6 +200,13 @@ class EngineActor:
         text, error = self._scrape()
         logged = moe_backends_in_log(self.server.log_path) if self.server is not None else []
         return observe_engine(text, logged, error)
+
+    def compile_events(self, round_index: int) -> list[CompileEventRecord]:
+        """Triton compiles the workers logged since the last call (start-up ones on the first), with ``round_index``.
+
+        Call it after each replay: a worker appends within its compile hook, so every compile of the round is in.
+        """
+        return [] if self.compile_events_reader is None else self.compile_events_reader.read(round_index)
 
     def poll(self) -> int | None:
         return None if self.server is None else self.server.poll()

@@ -16,7 +16,7 @@ from typing import Literal
 
 from experiment.config import EngineSpec, ModelSpec
 from moe_opt.flags import OptimizationFlags
-from moe_opt.plugin.settings import ARM_ENV, ENGINE_ENV, NODE_ENV, RUN_ID_ENV
+from moe_opt.plugin.settings import ARM_ENV, COMPILE_EVENTS_DIR_ENV, ENGINE_ENV, NODE_ENV, RUN_ID_ENV
 
 Device = Literal["cpu", "cuda"]
 JIT_CACHE_VARS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm"}
@@ -124,6 +124,7 @@ def server_env(
     labels: PluginLabels | None,
     metrics_dir: Path | None,
     jit_cache_dir: Path | None = None,
+    compile_events_dir: Path | None = None,
 ) -> dict[str, str]:
     """Without flags the plugin stays inert: the engine runs as if moeperf were not installed.
 
@@ -131,8 +132,10 @@ def server_env(
     for the arm) replaces it. ``metrics_dir`` is PROMETHEUS_MULTIPROC_DIR: vLLM sums every .db file in
     it, so each server start needs a fresh one or a failed attempt would count too. ``jit_cache_dir``
     (the engine's cache_state decides which, see ``cluster.engine.actor``) holds every compile cache;
-    None leaves them where the environment has them. Set after the experiment's own variables: the
-    cache state the result records must be the one the engine had.
+    None leaves them where the environment has them. ``compile_events_dir`` is where each worker rank appends its
+    Triton compiles (``moe_opt.plugin.compile_log``), fresh per server start like the metrics dir so a failed
+    attempt's compiles are not collected. Set after the experiment's own variables: the cache state the result
+    records must be the one the engine had.
     """
     env: dict[str, str] = {} if flags is None else dict(flags.engine_env())
     if device == "cpu":
@@ -146,6 +149,8 @@ def server_env(
         env |= labels.env()
     if metrics_dir is not None:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    if compile_events_dir is not None:
+        env[COMPILE_EVENTS_DIR_ENV] = str(compile_events_dir)
     if jit_cache_dir is not None:
         env |= jit_cache_env(jit_cache_dir)
     return env
@@ -164,9 +169,10 @@ def server_command(
     metrics_dir: Path | None = None,
     gpu_ids: Sequence[str] | None = None,
     jit_cache_dir: Path | None = None,
+    compile_events_dir: Path | None = None,
 ) -> ServerCommand:
     """Argv and environment of one vLLM OpenAI server for ``model`` (weights at ``model_path``) on ``device``."""
     return ServerCommand(
         argv=server_argv(model, model_path, engine, flags, device, host, port),
-        env=server_env(engine, flags, device, gpu_ids, labels, metrics_dir, jit_cache_dir),
+        env=server_env(engine, flags, device, gpu_ids, labels, metrics_dir, jit_cache_dir, compile_events_dir),
     )

@@ -41,7 +41,14 @@ from cluster.placement.clients import ClientPlacementError, client_nodes
 from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids, release, reserve
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
-from result_format.run_result import ArmResult, EngineInfo, LevelResult, ObservedEngine, ShardResult
+from result_format.run_result import (
+    ArmResult,
+    CompileEventRecord,
+    EngineInfo,
+    LevelResult,
+    ObservedEngine,
+    ShardResult,
+)
 from workloads.client import DEADLINE_MARGIN_S, ClientSettings, ReplayError, replay_deadline_s
 from workloads.health import ClientHealth
 from workloads.metrics import summarize
@@ -186,6 +193,7 @@ class ArmRunner:
         self.engine_device: Device = self.hooks.engine_device(device)
         self.flags_applied = False  # until the engine's workers report they applied them (_flags_as_requested)
         self.observed: ObservedEngine | None = None
+        self.compile_events: list[CompileEventRecord] = []  # every round's, in the order collected
         self.notes: list[str] = self.hooks.notes()
         if self.engine_device == "cpu" and (note := cpu_effect_note(self.flags)):
             self.notes.append(note)
@@ -320,6 +328,7 @@ class ArmRunner:
                 break
         self.rounds_done += 1
         self._add_window_metrics(before, self._engine_samples())
+        self._collect_compile_events(round_index)
         self._check_round(round_index)
 
     def _level_order(self, round_index: int) -> list[LevelPlan]:
@@ -478,6 +487,16 @@ class ArmRunner:
             self.observed = latest
         return self._last_samples
 
+    def _collect_compile_events(self, round_index: int) -> None:
+        """The compiles the engine's ranks logged up to the end of this round's replay, for the attribution to the
+        requests that waited (``analysis.compile_attribution``). A diagnostic: failing to read them fails nothing."""
+        try:
+            events = ray.get(self.engine.compile_events.remote(round_index), timeout=HEALTH_TIMEOUT_S)
+        except (RayError, GetTimeoutError) as e:
+            logger.warning("arm %s: round %d: compile events not collected: %s", self.name, round_index, e)
+            return
+        self.compile_events += events
+
     def _add_window_metrics(self, before: dict[str, float], after: dict[str, float]) -> None:
         """Engine counters over the measured window only: warmup and earlier rounds are subtracted."""
         self._all_series.update(after)
@@ -579,6 +598,7 @@ class ArmRunner:
             client_health=list(self.client_health),
             window_metrics=dict(sorted(self.window_metrics.items())),
             triton_compiles_in_window=self._compiles(),
+            compile_events=list(self.compile_events),
             levels=self._level_results(records),
             observed=self.observed,
             **outcome.fields,

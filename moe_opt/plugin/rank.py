@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from moe_opt.plugin.buffered import Buffer, BufferedCounter
+from moe_opt.plugin.compile_log import CompileEventLog, Phase
 from moe_opt.plugin.metrics import FUSED_MOE_LAUNCHES, MOE_BACKEND_LAYERS, MOE_CONFIG_LOOKUPS, Metrics
 from moe_opt.plugin.settings import RankDelay
 from moe_opt.plugin.steps import PrefillTracker, StepPlan
@@ -31,7 +32,9 @@ class RankInstruments:
         ring: SyncRing | None,
         delay: RankDelay | None = None,
         buffer: Buffer | None = None,
+        compile_log: CompileEventLog | None = None,
     ) -> None:
+        """``compile_log`` None: from ``MOEPERF_COMPILE_EVENTS_DIR`` of this worker, if set (see compile_log.py)."""
         self.buffer = buf = buffer if buffer is not None else Buffer()
         self.labels, self.rank, self.world = labels, rank, world_size
         self.metrics, self.clock, self.ring = metrics, clock, ring
@@ -57,6 +60,7 @@ class RankInstruments:
         self.step_index = -1
         self.served_steps = 0
         self._open: tuple[float, StepPlan] | None = None
+        self.compile_log = compile_log if compile_log is not None else CompileEventLog.from_env(rank)
 
     # ----- steps ------------------------------------------------------------------------------------
     def begin(self, scheduler_output: Any) -> None:
@@ -111,13 +115,19 @@ class RankInstruments:
     # ----- compilations ------------------------------------------------------------------------------
     def on_compile(self, event: Any) -> None:
         """CompileCounter.on_event: one Triton cache miss finished (compiled or loaded from disk)."""
+        phase: Phase = "serving" if self.served_steps else "startup"
         try:
-            lv = (*self.labels.values(), event.kernel, "serving" if self.served_steps else "startup")
+            lv = (*self.labels.values(), event.kernel, phase)
             name = "moeperf_triton_cache_hits_total" if event.cache_hit else "moeperf_triton_compiles_total"
             self.metrics.get(name).labels(*lv).inc()
             self.metrics.get("moeperf_triton_compile_seconds").labels(*lv).observe(event.wall_s)
         except Exception:  # noqa: BLE001 - an instrument must never break a kernel launch
             logger.exception("moeperf: could not record a Triton compile event")
+        if self.compile_log is not None:
+            try:
+                self.compile_log.append(event, phase)
+            except Exception:  # noqa: BLE001 - nor may its event file (full disk, directory removed)
+                logger.exception("moeperf: could not append a Triton compile event to %s", self.compile_log.path)
 
     # ----- kernel choices (kernel_choices.py calls these from vLLM's MoE path) -------------------------
     def on_launch(self, swap_ab: bool, bucket: int) -> None:

@@ -27,6 +27,7 @@ NODE_ENV = "MOEPERF_NODE"
 METRICS_PORT_ENV = "MOEPERF_METRICS_PORT"
 EXTRA_NO_RESPECIALIZE_ENV = "MOEPERF_NO_RESPECIALIZE_KERNELS"
 GPU_POLL_ENV = "MOEPERF_GPU_POLL_S"
+COMPILE_EVENTS_DIR_ENV = "MOEPERF_COMPILE_EVENTS_DIR"  # each rank appends its Triton compiles to rank<N>.jsonl here
 # Test-only knobs: never set by moeperf itself.
 TEST_RANK_DELAY_ENV = "MOEPERF_TEST_RANK_DELAY"  # "RANK:SECONDS": sleep that long on that rank in every step
 TEST_MISSING_TARGET_ENV = "MOEPERF_TEST_MISSING_TARGET"  # flag name whose patch target is made to be missing

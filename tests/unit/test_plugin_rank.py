@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -87,3 +88,34 @@ def test_compile_events_are_counted_per_kernel_and_phase() -> None:
     assert value(reg, "moeperf_triton_cache_hits_total", kernel="m.k", during="startup") == 1
     assert value(reg, "moeperf_triton_compiles_total", kernel="m.k", during="serving") == 1
     assert value(reg, "moeperf_triton_compile_seconds_count", kernel="m.k", during="startup") == 2
+
+
+def test_compile_events_are_appended_to_the_rank_file_when_asked(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MOEPERF_COMPILE_EVENTS_DIR", str(tmp_path / "events"))
+    inst = RankInstruments({**LABELS, "rank": "1"}, 1, 2, Metrics(CollectorRegistry()), CollectiveClock(), None)
+    inst.on_compile(NS(kernel="m.k", cache_hit=False, wall_s=0.5, compiler_s=0.4, t_unix=1000.0))
+    inst.begin(sched(scheduled={"x": 1}))
+    inst.end()
+    inst.on_compile(NS(kernel="m.k", cache_hit=True, wall_s=0.01, compiler_s=None, t_unix=1001.5))
+    lines = [json.loads(line) for line in (tmp_path / "events" / "rank1.jsonl").read_text().splitlines()]
+    assert lines == [
+        {"rank": 1, "kernel": "m.k", "cache_hit": False, "wall_s": 0.5, "compiler_s": 0.4, "end_epoch_s": 1000.0,
+         "phase": "startup"},
+        {"rank": 1, "kernel": "m.k", "cache_hit": True, "wall_s": 0.01, "compiler_s": None, "end_epoch_s": 1001.5,
+         "phase": "serving"},
+    ]  # fmt: skip
+
+
+def test_a_compile_event_file_that_cannot_be_written_never_raises(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("MOEPERF_COMPILE_EVENTS_DIR", str(tmp_path / "file" / "sub"))  # below a file: no directory
+    reg = CollectorRegistry()
+    inst = RankInstruments(dict(LABELS), 0, 1, Metrics(reg), CollectiveClock(), None)
+    inst.on_compile(CompileEvent("m.k", "key", 0.5, 0.4, False, False, 0.0))
+    assert value(reg, "moeperf_triton_compiles_total", kernel="m.k", during="startup") == 1
+
+
+def test_no_compile_event_file_without_the_variable(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("MOEPERF_COMPILE_EVENTS_DIR", raising=False)
+    inst = RankInstruments(dict(LABELS), 0, 1, Metrics(CollectorRegistry()), CollectiveClock(), None)
+    assert inst.compile_log is None
