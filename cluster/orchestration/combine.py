@@ -12,7 +12,8 @@ its output folder and its rounds), rounds that overlap (their prompts would repe
 ``parallel`` (its engines stay up across a run's rounds, which the analysis takes as one pair).
 
 The combined folder holds a ``result.json`` like a run's (records concatenated per arm and sealed anew,
-counts and per-level summaries recomputed, window metrics and compile counts summed, each source run named
+counts and per-level summaries recomputed, window metrics and compile counts summed, compile events kept
+with their rounds, each source run named
 in the notes and in ``environment.combined_from``), ``config.yaml`` and ``environment.json``, so
 ``moeperf report`` renders it as one run of all the rounds.
 """
@@ -124,6 +125,7 @@ def _combine_arm(cfg: ExperimentConfig, parts: Sequence[ArmResult], out_dir: Pat
         client_health=[h for p in parts for h in p.client_health],
         window_metrics=_sum_metrics([p.window_metrics for p in parts]),
         triton_compiles_in_window=None if any(c is None for c in compiles) else sum(c or 0 for c in compiles),
+        compile_events=[e for p in parts for e in p.compile_events],
         levels=_levels(cfg, first.levels, cols),
         observed=first.observed,
         **outcome.fields,

@@ -13,7 +13,7 @@ from cluster.orchestration.combine import combine
 from cluster.orchestration.driver import plan_turns
 from experiment.config import ConfigError, parse_experiment
 from result_format.records_store import RecordJournal, seal
-from result_format.run_result import RunResult, load_run
+from result_format.run_result import CompileEventRecord, RunResult, load_run
 
 T0 = "2026-12-02T02:00:00+00:00"
 QUICK = AnalysisSettings(bootstrap_resamples=200)
@@ -53,6 +53,19 @@ def _write_part(whole: RunResult, rounds: list[int], tmp_path, name: str) -> str
                     "requests_succeeded": n,
                     "triton_compiles_in_window": 2,
                     "window_metrics": {"vllm:prompt_tokens_total": 10.0 * n},
+                    "compile_events": [
+                        CompileEventRecord(
+                            round=r,
+                            rank=0,
+                            kernel="fused_moe_kernel",
+                            cache_hit=False,
+                            wall_s=0.5,
+                            compiler_s=0.4,
+                            end_epoch_s=1e9 + r,
+                            phase="serving",
+                        )  # fmt: skip
+                        for r in rounds
+                    ],
                 }
             )
         )
@@ -83,6 +96,7 @@ def test_two_holds_of_two_rounds_pool_into_what_one_run_of_four_rounds_gives(tmp
         assert sorted(arm.columns.rounds()) == [0, 1, 2, 3]
         assert arm.triton_compiles_in_window == 4
         assert arm.window_metrics["vllm:prompt_tokens_total"] == 10.0 * len(src.columns)
+        assert [e.round for e in arm.compile_events] == [0, 1, 2, 3]
     got, want = _ratios(pooled), _ratios(whole)
     assert got.keys() == want.keys()
     for key, (ratio, ci, dof) in want.items():
