@@ -1,4 +1,4 @@
-"""``moeperf dashboards ...``: build the committed JSON, check it is current, list the queries."""
+"""``moeperf dashboards ...``: build the committed JSON, check it is current, list the queries, run them on a run."""
 
 from __future__ import annotations
 
@@ -26,7 +26,18 @@ def main(argv: list[str]) -> int:
     pr.add_argument("--targets-dir", default=DEFAULT_TARGETS_DIR, help="the experiments' metrics.targets_dir")
     pr.add_argument("--ray-dir", default=DEFAULT_RAY_DIR, help="Ray's temp dir ($RAY_TMPDIR/ray)")
     pr.add_argument("--scrape-interval", default=None, help="e.g. 1s (default: the shipped 5s)")
+    ck = sub.add_parser(
+        "check",
+        help="Run every dashboard query against the Prometheus that scraped a run; exit 1 if one returned no data "
+        "(on a CPU run the NVML and Triton queries may be empty: --cpu).",
+    )
+    ck.add_argument("run", type=Path, help="the run folder (runs/<id>) or its result.json")
+    ck.add_argument("--prometheus", default="http://127.0.0.1:9090", help="that Prometheus's URL")
+    ck.add_argument("--cpu", action="store_true", help="allow the queries that have no data on CPU to be empty")
+    ck.add_argument("--out", type=Path, help="also write every query's outcome here as JSON")
     ns = p.parse_args(argv)
+    if ns.cmd == "check":
+        return _check(ns)
     if ns.cmd == "prometheus":
         return _serve_prometheus(ns)
     if ns.cmd == "build":
@@ -44,6 +55,35 @@ def main(argv: list[str]) -> int:
         for pq in extract(json.loads(text)):
             print(f"{pq.dashboard}\t{pq.where}\t{pq.ref}\t{pq.expr}")
     return 0
+
+
+def _check(ns: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from dashboards.check import check_queries, outcomes_json
+    from dashboards.prom_server import PrometheusAPI, PrometheusError
+    from result_format.run_result import load_run
+
+    try:
+        run = load_run(ns.run)
+    except (OSError, ValueError) as e:
+        print(f"moeperf dashboards check: {ns.run}: not a run moeperf can read: {e}", file=sys.stderr)
+        return 2
+    start = datetime.fromisoformat(run.started_at).timestamp()
+    end = datetime.fromisoformat(run.finished_at).timestamp() + 5
+    try:
+        outcomes = check_queries(PrometheusAPI(ns.prometheus), run.run_id, [a.name for a in run.arms], start, end)
+    except (PrometheusError, OSError, ValueError) as e:
+        print(f"moeperf dashboards check: {e}", file=sys.stderr)
+        return 2
+    if ns.out:
+        ns.out.write_text(json.dumps(outcomes_json(outcomes), indent=1))
+    bad = [o for o in outcomes if not o.has_data and not (ns.cpu and o.empty_on_cpu)]
+    for o in outcomes:
+        print(f"{'data' if o.has_data else 'EMPTY'}\t{o.query.label}")
+    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} dashboard queries returned data for run {run.run_id}"
+          + (f"; {len(bad)} did not" if bad else ""))  # fmt: skip
+    return 1 if bad else 0
 
 
 def _serve_prometheus(ns: argparse.Namespace) -> int:

@@ -56,13 +56,46 @@ class PrometheusError(RuntimeError):
     pass
 
 
-class Prometheus:
+class PrometheusAPI:
+    """The HTTP API of a Prometheus at ``url`` (one moeperf started, or one already running)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def api(self, path: str, params: dict[str, str]) -> Any:
+        """GET /api/v1/<path>; returns ``data`` or raises with Prometheus's error text (e.g. a parse error)."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read() or b"{}")
+        if body.get("status") != "success":
+            raise PrometheusError(f"{body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query_range(self, expr: str, start: float, end: float, step: str = "1s") -> list[dict[str, Any]]:
+        return list(
+            self.api("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step})[
+                "result"
+            ]
+        )
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        return list(self.api("query", params)["result"])
+
+    def targets(self) -> list[dict[str, Any]]:
+        return list(self.api("targets", {"state": "active"})["activeTargets"])
+
+
+class Prometheus(PrometheusAPI):
     """One ``prometheus`` process on 127.0.0.1, its data in ``workdir``; ``query_range`` and ``series`` on it."""
 
     def __init__(self, workdir: Path, config_text: str, port: int | None = None, binary: str = "prometheus") -> None:
         self.workdir, self.port = workdir, port or free_port()
         self.binary = shutil.which(binary) or binary
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(f"http://127.0.0.1:{self.port}")
         self.config = workdir / "prometheus.yml"
         self.config.write_text(config_text)
         self.log = workdir / "prometheus.log"
@@ -99,29 +132,3 @@ class Prometheus:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-    def api(self, path: str, params: dict[str, str]) -> Any:
-        """GET /api/v1/<path>; returns ``data`` or raises with Prometheus's error text (e.g. a parse error)."""
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=60) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            body = json.loads(e.read() or b"{}")
-        if body.get("status") != "success":
-            raise PrometheusError(f"{body.get('errorType')}: {body.get('error')}")
-        return body["data"]
-
-    def query_range(self, expr: str, start: float, end: float, step: str = "1s") -> list[dict[str, Any]]:
-        return list(
-            self.api("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step})[
-                "result"
-            ]
-        )
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
-        return list(self.api("query", params)["result"])
-
-    def targets(self) -> list[dict[str, Any]]:
-        return list(self.api("targets", {"state": "active"})["activeTargets"])

@@ -13,6 +13,12 @@ study() {
   # MOEPERF_ARGS: more options for every study, e.g. "--first_round 2" for a hold that continues the rounds.
   python3 -m cluster.cli run "experiments/$1.yaml" --output_dir "$C/runs" ${MOEPERF_ARGS:-} >"$C/$1.log" 2>&1
   step "end $1 rc=$?"
+  if [ -n "${MOEPERF_DASHBOARDS_CHECK:-}" ]; then  # launch.sh --prometheus: every dashboard query on this run's data
+    for run in $(ls -d "$C"/runs/"$1"-* 2>/dev/null); do
+      python3 -m dashboards.cli check "$run" --prometheus "$MOEPERF_DASHBOARDS_CHECK" --out "$run/dashboards-check.json" \
+        >"$run/dashboards-check.txt" 2>&1
+    done
+  fi
 }
 gpu_test() {
   step "start gpu-test-$1"

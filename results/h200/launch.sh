@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Start one hold's campaign on the H200 machine, detached, from a copy of the repo under $HOME (each call
 # re-lays the working tree; a job must not run from it). From the repo root, after the stash calls:
-#   bash results/h200/launch.sh [--flashinfer] EXPERIMENT...
+#   bash results/h200/launch.sh [--flashinfer] [--prometheus] EXPERIMENT...
 # --flashinfer also resumes FlashInfer's CUTLASS MoE build (flashinfer-build.sh) on CPUs 6-15, and the
 # experiments then run pinned to CPUs 0-5 so that the build's nvcc jobs do not share their cores.
+# --prometheus starts the Debian package's Prometheus, carried in as .prom/prometheus.xz (made here by
+# `bash results/h200/prometheus-pack.sh`; git-ignored), with the shipped config and 1 s scrapes, so that
+# it scrapes every engine and the client metrics of the runs; after each run, every dashboard query is
+# run against it (`moeperf dashboards check`, into the run folder's dashboards-check.json).
 # Then `bash results/h200/collect.sh 540` in back-to-back calls (within 30 s of each other) until done.
 set -u
-fi=0; [ "${1:-}" = --flashinfer ] && { fi=1; shift; }
+fi=0; prom=0
+while [ $# -gt 0 ]; do
+  case "$1" in --flashinfer) fi=1 ;; --prometheus) prom=1 ;; *) break ;; esac; shift
+done
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dst=$HOME/moeperf
 rm -rf "$dst"; mkdir -p "$dst"
 tar -C "$src" --exclude='./.gpu[0-9]*' --exclude='./.fi[0-9]*' --exclude='./runs' -cf - . | tar -C "$dst" -xf -
 cd "$dst"
+if [ $prom = 1 ]; then
+  mkdir -p "$HOME/prom/bin" && xz -dc .prom/prometheus.xz >"$HOME/prom/bin/prometheus" && chmod +x "$HOME/prom/bin/prometheus"
+  PATH=$HOME/prom/bin:$PATH PYTHONPATH=$PWD:$HOME/moeperf-stash/site setsid nohup python3 -m dashboards.cli prometheus \
+    --port 9090 --data "$HOME/prom/data" --scrape-interval 1s >"$HOME/prom/serve.log" 2>&1 </dev/null &
+  export MOEPERF_DASHBOARDS_CHECK=http://127.0.0.1:9090
+fi
 cpus=0-$(( $(nproc) - 1 ))
 if [ $fi = 1 ]; then bash results/h200/flashinfer-build.sh start 6-15 10; cpus=0-5; fi
 setsid nohup taskset -c "$cpus" bash results/h200/studies.sh "$@" >/tmp/studies.out 2>&1 < /dev/null &

@@ -5,14 +5,13 @@ A Prometheus 2.42 (Debian) on 127.0.0.1 with the shipped config (paths moved to 
 file_sd targets, the client metrics from the driver, Ray's metrics through Ray's service-discovery
 file. Then every expression of the generated dashboards, with the template variables filled in for
 that run, is run over the run's time range and must return at least one finite sample. Queries that
-cannot return data on a CPU box are allowed to be empty only through ALLOWED_EMPTY below, and the
+cannot return data on a CPU box are allowed to be empty only through dashboards.check.EMPTY_ON_CPU, and the
 test reports which ones were skipped and why. No sleeps as synchronisation: every wait polls
 Prometheus's API with a deadline.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -26,37 +25,20 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.generate import JSON_DIR
+from dashboards.check import check_queries
+from dashboards.cli import main as cli_main
 from dashboards.prom_server import Prometheus, render_config
-from dashboards.queries import extract, metric_names, substitute
 from result_format.run_result import load_run
 from tests.integration.conftest import REPO, clean_env, run_dir_of, small_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# metric-name prefix -> why a query on it legitimately returns nothing on a CPU-only machine.
-ALLOWED_EMPTY = {
-    "moeperf_gpu_": "NVML GPU telemetry: needs a GPU and nvidia-ml-py; vLLM's CPU build has neither",
-    "moeperf_triton_": "Triton JIT events: vLLM's CPU build runs no Triton kernels, so nothing compiles",
-}
 ARMS = ("baseline", "all-optimizations")
 LEVELS = {2: 8, 3: 9, 4: 12}
 """Request rate (req/s, evenly spaced) -> requests of the sweep's levels: about 3-4 s each, so that every
 engine is up for several of Prometheus's 1 s scrapes even on a loaded box."""
 WARMUP_FRACTION = 0.25
 REQUESTS = sum(LEVELS.values())
-
-
-def _allowed(expr: str) -> str | None:
-    for name in metric_names(expr):
-        for prefix, why in ALLOWED_EMPTY.items():
-            if name.startswith(prefix):
-                return why
-    return None
-
-
-def _has_finite(result: list[dict]) -> bool:
-    return any(math.isfinite(float(v)) for s in result for _, v in s.get("values", []))
 
 
 def _wait_for(cond, what: str, timeout_s: float = 60.0, every_s: float = 0.5):
@@ -183,46 +165,15 @@ def test_every_dashboard_query_returns_data_from_a_real_run(sweep_run):
     assert all(s["node"] in engine_nodes and s.get("host") and "exported_node" not in s for s in info), info
 
     start, end = t0, t1 + 5
-    queries = [q for f in sorted(JSON_DIR.glob("*.json")) for q in extract(json.loads(f.read_text()))]
-    values = _variable_values(prom, queries, run_id, start, end)
-    values.update({"__rate_interval": "4s", "__interval": "1s", "__range": f"{int(end - start) + 1}s"})
-
-    empty_allowed: list[str] = []
-    failures: list[str] = []
-    for q in queries:
-        expr = substitute(q.expr, values)
-        result = prom.query_range(expr, start, end)
-        if _has_finite(result):
-            continue
-        why = _allowed(q.expr)
-        if why is not None:
-            empty_allowed.append(f"{q.label}: {why}")
-        else:
-            failures.append(f"{q.label}: {expr}")
+    outcomes = check_queries(prom, run_id, ARMS, start, end)
+    empty_allowed = [f"{o.query.label}: {o.empty_on_cpu}" for o in outcomes if not o.has_data and o.empty_on_cpu]
+    failures = [f"{o.query.label}: {o.expr}" for o in outcomes if not o.has_data and not o.empty_on_cpu]
     if empty_allowed:
         report = "\n".join(empty_allowed)
-        print(f"\nskipped (no data on CPU, allow-listed) {len(empty_allowed)} of {len(queries)} queries:\n{report}")
+        print(f"\nskipped (no data on CPU, allow-listed) {len(empty_allowed)} of {len(outcomes)} queries:\n{report}")
         warnings.warn(f"{len(empty_allowed)} dashboard queries skipped on CPU (allow-listed): {report}", stacklevel=1)
-    assert not failures, f"{len(failures)} of {len(queries)} dashboard queries returned no data:\n" + "\n".join(
+    assert not failures, f"{len(failures)} of {len(outcomes)} dashboard queries returned no data:\n" + "\n".join(
         failures
     )
-
-
-def _variable_values(prom: Prometheus, queries, run_id: str, start: float, end: float) -> dict[str, str]:
-    """Each template variable as Grafana would fill it for this run: every value of its own query, as a regex."""
-    values = {"run": run_id, "datasource": "moeperf-prometheus"}
-    label_of = {"arm": "arm", "node": "node", "rank": "rank"}
-    for q in queries:
-        name = q.where.removeprefix("variable: ")
-        if not q.where.startswith("variable: ") or name not in label_of or name in values:
-            continue
-        selector = substitute(q.expr, values | {"arm": "|".join(ARMS)})
-        series = prom.api("series", {"match[]": selector, "start": f"{start:.3f}", "end": f"{end:.3f}"})
-        found = sorted({s[label_of[name]] for s in series if label_of[name] in s})
-        assert found, f"template variable ${name} ({q.expr}) has no values for run {run_id}"
-        if name == "arm":
-            assert set(found) == set(ARMS), found
-        values[name] = "(" + "|".join(found) + ")"  # plain label values: no regex metacharacters to escape
-    for name in label_of:
-        values.setdefault(name, ".*")
-    return values
+    # The same check as a command, as a user runs it after a GPU run (there without --cpu).
+    assert cli_main(["check", str(sweep_run.run_dir), "--prometheus", prom.url, "--cpu"]) == 0
