@@ -15,9 +15,13 @@
 #   stash DIR            next hold: copy a carried part folder (.fiK) to $HOME/fi-stash, one call per folder;
 #                        `start` unpacks $HOME/fi-stash and ninja builds only what is missing.
 # The module is a compiled binary: it never goes into git.
+#   plan                 how many build steps ninja would still run (a dry run), and why the first would run.
 # Why it resumes: FlashInfer writes generated sources only when their content changes, the bundle
-# unpacks to the same path in every hold ($HOME/moeperf-stash/site) and tar keeps mtimes, so ninja
-# finds the carried objects up to date (same command lines in .ninja_log, inputs older).
+# unpacks to the same path in every hold ($HOME/moeperf-stash/site) and tar keeps the objects' mtimes, so
+# ninja finds the carried objects up to date: same command lines in .ninja_log, and every input older
+# than the object's mtime recorded there. pip does not keep a wheel's file times (it writes them at install),
+# so a bundle built later than the objects would make every source newer than them; `start` therefore sets
+# the bundle's files to one fixed old time first (their content, not their time, is what the objects are of).
 set -u
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export PYTHONPATH=$HOME/moeperf-stash/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -26,13 +30,19 @@ FI_LOG=${FI_LOG:-$HOME/fi-build.log}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 objects() { find "$FI_WS" -path '*fused_moe_90*' -name '*.o' 2>/dev/null | wc -l; }
+pin_times() { find "$HOME/moeperf-stash/site" -newermt 2026-01-02 -exec touch -h -d 2026-01-01T00:00:00Z {} + 2>/dev/null; }
+unpack() {  # once per machine: what earlier holds built, stashed from the carried .fiK folders
+  if [ ! -f "$FI_WS/.unpacked" ] && ls "$HOME"/fi-stash/fi-cache.tar.xz.* >/dev/null 2>&1; then
+    mkdir -p "$FI_WS"; cat "$HOME"/fi-stash/fi-cache.tar.xz.* | xz -d | tar -x -C "$FI_WS" && touch "$FI_WS/.unpacked"
+    echo "$(date -u +%FT%TZ) unpacked $(objects) objects carried from earlier holds" >>"$FI_LOG"
+  fi
+}
+module_dir() { dirname "$(find "$FI_WS" -path '*cached_ops/fused_moe_90/build.ninja' | head -1)"; }
 case "${1:-status}" in
 start)
   cpus=${2:-6-15}; jobs=${3:-10}
-  if ls "$HOME"/fi-stash/fi-cache.tar.xz.* >/dev/null 2>&1; then
-    mkdir -p "$FI_WS"; cat "$HOME"/fi-stash/fi-cache.tar.xz.* | xz -d | tar -x -C "$FI_WS"
-    echo "$(date -u +%FT%TZ) unpacked $(objects) objects carried from earlier holds" >>"$FI_LOG"
-  fi
+  unpack
+  pin_times
   echo "$(date -u +%FT%TZ) build start on cpus $cpus, $jobs jobs ($(objects) objects present)" >>"$FI_LOG"
   MAX_JOBS=$jobs setsid nohup taskset -c "$cpus" python3 -c '
 import time
@@ -49,6 +59,12 @@ print(f"BUILD DONE in {time.monotonic() - t0:.0f} s: {spec.jit_library_path}", f
      grep -q "BUILD DONE" "$FI_LOG.ninja" 2>/dev/null && break
    done' </dev/null >/dev/null 2>&1 &
   disown -a
+  ;;
+plan)
+  unpack; pin_times; d=$(module_dir)
+  [ -d "$d" ] || { echo "no fused_moe_90 build.ninja under $FI_WS"; exit 1; }
+  echo "steps ninja would still run: $(ninja -n -C "$d" -f build.ninja | grep -c '^\[')"
+  ninja -n -d explain -C "$d" -f build.ninja 2>&1 | grep '^ninja explain' | head -3
   ;;
 status)
   echo "objects=$(objects) nvcc=$(pgrep -c nvcc || true)"; ls -la "$FI_WS"/*/*/cached_ops/fused_moe_90/*.so 2>/dev/null
