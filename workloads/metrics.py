@@ -283,3 +283,10 @@ def summarize(records: RecordColumns | Sequence[RequestRecord], slo: SloSpec | N
         rounds=len(cols.rounds()) or 1,
         rates=rates,
     )
+
+
+def summarize_level(records: RecordColumns, level: int, slo: SloSpec | None = None) -> ArmSummary | None:
+    """One sweep level's measured records (its warm-up share left out), summarised like an arm's; None when
+    none of them finished. What a run's result and a combined result both write per level."""
+    measured = records.measured.at_level(level)
+    return summarize(measured, slo) if measured.ok.any() else None

@@ -51,7 +51,7 @@ from result_format.run_result import (
 )
 from workloads.client import DEADLINE_MARGIN_S, ClientSettings, ReplayError, replay_deadline_s
 from workloads.health import ClientHealth
-from workloads.metrics import summarize
+from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
 from workloads.schedule import PlannedRequest
@@ -614,7 +614,6 @@ class ArmRunner:
         for lv in self.levels:
             assert lv.index is not None
             spec = sweep.levels[lv.index]
-            measured = records.measured.at_level(lv.index)
             out.append(
                 LevelResult(
                     index=lv.index,
@@ -624,7 +623,7 @@ class ArmRunner:
                     load_unit=spec.load_unit,
                     requests_planned=len(lv.requests),
                     warmup_requests=lv.warmup_requests,
-                    summary=summarize(measured, self.cfg.slo) if measured.ok.any() else None,
+                    summary=summarize_level(records, lv.index, self.cfg.slo),
                 )
             )
         return out

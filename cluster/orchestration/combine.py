@@ -31,7 +31,7 @@ from cluster.orchestration.arm_records import RecordsOutcome
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import JOURNAL_SUFFIX, RecordJournal, seal
 from result_format.run_result import ArmResult, LevelResult, RunResult, load_run
-from workloads.metrics import summarize
+from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 
 # Settings that may differ between the runs pooled: where a run was written and which of its rounds it ran.
@@ -90,11 +90,7 @@ def _sum_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
 def _levels(cfg: ExperimentConfig, template: Sequence[LevelResult], cols: RecordColumns) -> list[LevelResult]:
     """Per-level results of the pooled records, summarised as the driver summarises one run's (per-round
     counts are the same in every run of one experiment)."""
-    out = []
-    for lv in template:
-        measured = cols.measured.at_level(lv.index)
-        out.append(lv.model_copy(update={"summary": summarize(measured, cfg.slo) if measured.ok.any() else None}))
-    return out
+    return [lv.model_copy(update={"summary": summarize_level(cols, lv.index, cfg.slo)}) for lv in template]
 
 
 def _combine_arm(cfg: ExperimentConfig, parts: Sequence[ArmResult], out_dir: Path) -> ArmResult:
