@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dashboards.generate import JSON_DIR
+from dashboards.paths import JSON_DIR
 from dashboards.prom_server import PrometheusAPI
 from dashboards.queries import PanelQuery, extract, metric_names, substitute
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from dashboards.generate import JSON_DIR, render_all, stale, write_all
+from dashboards.paths import JSON_DIR
 from dashboards.prom_server import DEFAULT_RAY_DIR, DEFAULT_TARGETS_DIR, Prometheus, render_config
 from dashboards.queries import extract
 
@@ -40,6 +40,8 @@ def main(argv: list[str]) -> int:
         return _check(ns)
     if ns.cmd == "prometheus":
         return _serve_prometheus(ns)
+    from dashboards.generate import render_all, stale, write_all  # needs the Grafana SDK: build and queries only
+
     if ns.cmd == "build":
         if ns.check:
             bad = stale(ns.out)

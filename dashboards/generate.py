@@ -15,8 +15,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import jit, per_gpu, run_overview
 from dashboards.panels import ANNOTATION_FIELDS
-
-JSON_DIR = Path(__file__).resolve().parent / "json"
+from dashboards.paths import JSON_DIR
 
 DASHBOARDS: dict[str, Callable[[], object]] = {
     run_overview.UID: run_overview.build,

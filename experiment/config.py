@@ -169,9 +169,10 @@ class ArmSpec(FrozenStrictModel):
     def _control_inherits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """A control that was given no flags is written without them, so that the saved config (config.yaml,
         result.json) reads back: written out, its default flags would be a control whose flags differ from
-        a flagged target's."""
+        a flagged target's. Default flags on a control are none given (as the validator reads them), so an older
+        file that wrote them dumps the same as a newer one (``moeperf combine`` compares dumps)."""
         data: dict[str, Any] = handler(self)
-        if self.control_of is not None and "flags" not in self.model_fields_set:
+        if self.control_of is not None and ("flags" not in self.model_fields_set or self.flags == OptimizationFlags()):
             data.pop("flags", None)
         return data
 

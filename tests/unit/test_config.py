@@ -139,6 +139,8 @@ def test_a_control_of_a_flagged_arm_reads_back_from_the_saved_config():
     saved["arms"][1]["flags"] = OptimizationFlags().model_dump(mode="json")
     old = ExperimentConfig.model_validate(saved)
     assert old.arm_flags(old.arms[1]).swap_ab is False
+    # ... and dumps as a newer file does, so that moeperf combine can pool holds written before and after the fix.
+    assert old.model_dump(mode="json") == cfg.model_dump(mode="json")
     # Flags given and different from both are still refused.
     saved["arms"][1]["flags"] = {"swap_ab": True}
     with pytest.raises(ValidationError, match="an A/A control must have the flags of 'off'"):

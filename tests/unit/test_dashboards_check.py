@@ -27,3 +27,19 @@ def test_only_nvml_and_triton_queries_may_be_empty_on_cpu():
     assert empty_on_cpu('max(moeperf_gpu_sm_clock_hertz{run="$run"})')
     assert empty_on_cpu('sum(rate(moeperf_triton_compiles_total{run="$run"}[1m]))')
     assert empty_on_cpu('sum(rate(vllm:generation_tokens_total{run="$run"}[1m]))') is None
+
+
+def test_the_check_runs_without_the_grafana_sdk(tmp_path):
+    # Seen on the H200 (2026-12-02): the bundle there has no grafana-foundation-sdk, and `dashboards check` died
+    # importing the generator although it only reads the committed JSON.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['grafana_foundation_sdk'] = None\n"
+        "from dashboards.cli import main\n"
+        f"sys.exit(main(['check', {str(tmp_path)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr  # not a run: said and exit 2, which needs the CLI to import at all
+    assert "not a run moeperf can read" in done.stderr
