@@ -2,7 +2,8 @@
 
 vLLM reports latency per engine only; with TP=8 an engine is eight GPUs. The plugin's per-rank
 series (``docs/metrics.md``) show which rank is slow, how long the others wait for it in every
-collective (sync stall), and the GPUs' NVML telemetry (GPU only: absent on vLLM's CPU build).
+collective (sync stall), the GPUs' NVML telemetry (GPU only: absent on vLLM's CPU build) and how
+unevenly each MoE layer's router spreads the live traffic over its experts.
 """
 
 from __future__ import annotations
@@ -124,6 +125,21 @@ def gpu_row() -> list[object]:
     return panels
 
 
+def routing_row() -> list[object]:
+    tokens = f"rate(moeperf_expert_tokens_total{R}[{RATE}])"
+    by = "arm, node, layer"
+    return [
+        ts(
+            "Expert-load imbalance per MoE layer",
+            "short",
+            [Query(f"max by ({by}) ({tokens}) / avg by ({by}) ({tokens})", "{{arm}} {{node}} layer {{layer}}")],
+            f"{PLUGIN} Per MoE layer, tokens/s of its busiest expert over the mean expert's (1 = perfectly "
+            "balanced; E = every token to one expert), from moeperf_expert_tokens_total (counted on the device "
+            "inside the MoE forward, CUDA-graph replays included). With TP every rank routes identically.",
+        )
+    ]
+
+
 def info_row() -> list[object]:
     return [
         tab(
@@ -153,6 +169,7 @@ def build() -> object:
         ("Per-rank latency and steps", latency_row()),
         ("Cross-rank synchronisation", sync_row()),
         ("GPU telemetry (NVML; GPU only)", gpu_row()),
+        ("MoE routing", routing_row()),
         ("Ranks", info_row()),
     )
     for title, panels in rows:

@@ -23,7 +23,7 @@ from pydantic import (
 from common.strict import FrozenStrictModel
 from experiment.slo import SloSpec
 from modelgen.tiny_moe import TinyMoeSpec
-from moe_opt.flags import OptimizationFlags
+from moe_opt.flags import TUNED_CONFIG_ENV_VAR, OptimizationFlags
 from workloads.levels import ConcurrencyLevel
 from workloads.sweep import SweepSpec
 from workloads.traces.azure import AzureTraceSpec
@@ -360,6 +360,11 @@ class ExperimentConfig(FrozenStrictModel):
                 raise ValueError(f"arms.{i}.flags: an A/A control must have the flags of {target.name!r}")
             if arm.enforce_eager is not None and arm.enforce_eager != self.arm_enforce_eager(target):
                 raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")
+        if TUNED_CONFIG_ENV_VAR in self.engine.env and any(a.flags.tuned_config_dir for a in self.arms):
+            raise ValueError(  # engine.env is laid over the flags' environment: the arms' folders would be lost
+                f"engine.env.{TUNED_CONFIG_ENV_VAR}: an arm sets flags.tuned_config_dir; give the folder per arm "
+                "there, not to every engine"
+            )
         return self
 
     def _check_sweep_concurrency(self) -> None:

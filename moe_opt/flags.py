@@ -9,15 +9,18 @@ ignored, because a silently ignored flag turns an A/B test into an A/A test.
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from common.strict import FrozenStrictModel
 
 FLAGS_ENV_VAR = "MOEPERF_ARM_FLAGS"
 """Environment variable carrying the arm's flags (JSON) to the worker plugin in every vLLM process."""
+TUNED_CONFIG_ENV_VAR = "VLLM_TUNED_CONFIG_FOLDER"
+"""vLLM's own variable: the folder ``get_moe_configs`` searches first for a tuned Triton MoE config file."""
 
 MoeBackend = Literal["auto", "triton", "flashinfer_cutlass", "cutlass", "deep_gemm", "marlin"]
 TRITON_KERNEL_SWITCHES = ("swap_ab", "no_respecialize")
@@ -63,6 +66,17 @@ class OptimizationFlags(FrozenStrictModel):
         ),
     )
 
+    tuned_config_dir: str | None = Field(
+        None,
+        description=(
+            "Absolute path of a folder of tuned Triton MoE config files (vLLM's 'E=...,N=...,device_name=...json', "
+            "e.g. written by `moeperf tune`); the engine starts with VLLM_TUNED_CONFIG_FOLDER set to it, so vLLM's "
+            "get_moe_configs loads those tiles before its own. Only the Triton MoE path reads them (moe_backend "
+            "'auto' or 'triton'); the engine must be observed to load every Triton MoE config from this folder. "
+            "null: vLLM's shipped configs or its default heuristic."
+        ),
+    )
+
     no_respecialize_kernels: dict[str, list[str]] = Field(
         default_factory=dict,
         description=(
@@ -71,8 +85,22 @@ class OptimizationFlags(FrozenStrictModel):
         ),
     )
 
+    @field_validator("tuned_config_dir")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        """The engine's working directory is not the experiment file's (a Ray job's is a temporary copy): a
+        relative folder would name a different place in each, so only an absolute one has one meaning."""
+        if v is not None and not posixpath.isabs(v):
+            raise ValueError(f"tuned_config_dir must be an absolute path, got {v!r}")
+        return v
+
     @model_validator(mode="after")
     def _reject_meaningless(self) -> OptimizationFlags:
+        if self.tuned_config_dir is not None and self.moe_backend not in ("auto", "triton"):
+            raise UnsupportedFlagCombination(
+                f"tuned_config_dir holds Triton fused_moe_kernel configs, but moe_backend={self.moe_backend!r} "
+                "does not run that kernel; use moe_backend 'triton' or 'auto'"
+            )
         if self.no_respecialize_kernels and not self.no_respecialize:
             raise UnsupportedFlagCombination("no_respecialize_kernels needs no_respecialize: true")
         triton_only = [s for s in TRITON_KERNEL_SWITCHES if getattr(self, s) not in (None, False)]
@@ -114,10 +142,18 @@ class OptimizationFlags(FrozenStrictModel):
         return self.swap_ab is not None or self.no_respecialize
 
     def engine_env(self) -> dict[str, str]:
-        return {FLAGS_ENV_VAR: self.model_dump_json()}
+        """The engine's environment from these flags: the plugin's copy of them, and vLLM's tuned-config folder."""
+        env = {FLAGS_ENV_VAR: self.model_dump_json()}
+        if self.tuned_config_dir is not None:
+            env[TUNED_CONFIG_ENV_VAR] = self.tuned_config_dir
+        return env
 
     def describe(self) -> str:
-        return " ".join(f"{f}={self.value_text(f)}" for f in ("moe_backend", "swap_ab", "no_respecialize"))
+        """One line; ``tuned_config_dir`` only when set, so the line of an arm without it reads as it always did."""
+        fields = ["moe_backend", "swap_ab", "no_respecialize"]
+        if self.tuned_config_dir is not None:
+            fields.append("tuned_config_dir")
+        return " ".join(f"{f}={self.value_text(f)}" for f in fields)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OptimizationFlags | None:

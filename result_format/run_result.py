@@ -173,6 +173,15 @@ class LevelResult(_Model):
     summary: ArmSummary | None = Field(description="Measured requests only; null when none finished.")
 
 
+class ExpertLoad(_Model):
+    layer: int = Field(description="Decoder-layer index of the MoE layer (from its prefix, model.layers.N....).")
+    tokens: list[int] = Field(
+        description="Tokens its router sent to each expert during the measured replay (index = expert id; each token "
+        "counts once per selected expert, so a layer's sum is about tokens processed x top_k). From "
+        "moeperf_expert_tokens_total of the lowest rank holding the layer (with TP every rank routes identically)."
+    )
+
+
 class ArmResult(_Model):
     name: str
     control_of: str | None = Field(None, description="For an A/A control arm: the arm it duplicates.")
@@ -206,6 +215,13 @@ class ArmResult(_Model):
     )
     triton_compiles_in_window: int | None = Field(
         None, description="Triton JIT compilations while requests were being measured; null if not exported."
+    )
+    expert_load: list[ExpertLoad] = Field(
+        default_factory=list,
+        description="Routing seen in the measured replay (all rounds): per MoE layer, in layer order, the tokens sent "
+        "to each expert, from the growth of moeperf_expert_tokens_total in window_metrics (serving traffic only: "
+        "not engine start, warm-up or CUDA-graph capture). Empty when the engine did not export it (no plugin, a "
+        "monolithic MoE kernel, results written before it).",
     )
     compile_events: list[CompileEventRecord] = Field(
         default_factory=list,

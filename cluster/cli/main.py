@@ -142,6 +142,7 @@ DELEGATED = {
     "report": ("analysis.report_cli", "Render the report of a saved run: moeperf report runs/<id>."),
     "nightly": ("cluster.cli.nightly", "Run the nightly experiment and gate on regressions against history."),
     "dashboards": ("dashboards.cli", "Grafana dashboards as code: moeperf dashboards build."),
+    "tune": ("moe_opt.tune.cli", "Tune vLLM's Triton MoE kernel for one shape on a GPU: moeperf tune --help."),
 }
 
 

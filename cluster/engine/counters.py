@@ -13,6 +13,7 @@ from result_format.run_result import series_key
 
 KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
 COMPILES = "moeperf_triton_compiles_total"
+UNPUBLISHED = "moeperf_expert_tokens_unpublished"  # moe_opt.plugin.metrics.EXPERT_TOKENS_UNPUBLISHED
 
 
 def parse_samples(text: str) -> dict[str, float]:
@@ -38,3 +39,18 @@ def window_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 def compiles_in_window(delta: dict[str, float]) -> int:
     return int(sum(v for k, v in delta.items() if k.startswith(COMPILES + "{")))
+
+
+def unpublished_ranks(text: str) -> list[str]:
+    """Ranks whose plugin has served steps whose routing is not yet in its counters (their gauge is 1).
+
+    The plugin copies its device counts to /metrics off the step path (up to about a second late while serving,
+    a few tens of ms once idle); a window read before every rank reports 0 would miss its last steps. Engines
+    without the plugin report nothing: no rank to wait for.
+    """
+    pending = []
+    for fam in text_string_to_metric_families(text):
+        if fam.name != UNPUBLISHED:
+            continue
+        pending += [s.labels.get("rank", "?") for s in fam.samples if s.value != 0]
+    return sorted(pending)

@@ -10,6 +10,7 @@ Free of Ray and vLLM: the parsing and the verdict are tested on plain text.
 
 from __future__ import annotations
 
+import posixpath
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import get_args
@@ -19,8 +20,15 @@ from pydantic import ValidationError
 
 from cluster.engine.command import Device
 from moe_opt.flags import SWITCHES, FlagStatus, OptimizationFlags
-from moe_opt.plugin.metrics import FUSED_MOE_LAUNCHES, MOE_BACKEND_LAYERS, MOE_CONFIG_LOOKUPS, PLUGIN_INFO
+from moe_opt.plugin.metrics import (
+    EXPERT_TOKENS,
+    FUSED_MOE_LAUNCHES,
+    MOE_BACKEND_LAYERS,
+    MOE_CONFIG_LOOKUPS,
+    PLUGIN_INFO,
+)
 from result_format.run_result import (
+    ExpertLoad,
     MoeConfigSource,
     MoeLayerBackend,
     ObservedEngine,
@@ -170,12 +178,40 @@ def _rank_problems(requested: OptimizationFlags, r: ObservedRank, device: Device
     return out
 
 
+def _tuned_config_mismatch(requested: OptimizationFlags, observed: ObservedEngine) -> str | None:
+    """An arm with ``tuned_config_dir`` whose engine took any Triton MoE config from elsewhere, or none at all.
+
+    vLLM falls back silently (its shipped ``configs/`` file or its default heuristic) when the folder lacks the
+    file name it looks for, e.g. tuned on another GPU, TP size or dtype: the arm would measure vLLM's tiles
+    while claiming tuned ones. No lookup at all means the Triton MoE path never ran (another backend was chosen).
+    """
+    folder = requested.tuned_config_dir
+    if folder is None:
+        return None
+    want = posixpath.normpath(folder)
+    sources = [(r.rank, s) for r in observed.ranks for s in r.config_sources]
+    if not sources:
+        return (
+            f"tuned_config_dir={folder} was requested but no Triton MoE config lookup was observed: vLLM ran "
+            "another MoE path, which never reads it (set moe_backend: triton)"
+        )
+    elsewhere = sorted(
+        {(s.config_file, s.source) for _, s in sources if posixpath.normpath(posixpath.dirname(s.source)) != want}
+    )
+    if not elsewhere:
+        return None
+    loaded = "; ".join(f"{name} from {src}" for name, src in elsewhere)
+    return f"tuned_config_dir={folder} was requested but vLLM loaded {loaded}, not from that folder"
+
+
 def flag_mismatch(requested: OptimizationFlags, observed: ObservedEngine | None, device: Device) -> str | None:
     """Why the engine did not run what the arm asked for, naming each difference; None when it did.
 
     ``device`` is where the engine computes (the arm runner's engine device: "cpu" for a CPU engine standing in
     for simulated GPUs). On CUDA every switch the arm sets must be ``applied`` on every rank; on CPU the switches
     must read ``not_applicable_cpu`` (set) or ``vllm_default`` (unset), so nothing claims an effect there.
+    ``tuned_config_dir`` has no switch status (vLLM itself reads the folder): on CUDA the per-shape config sources
+    the workers observed must all be files in it.
     """
     if observed is None or not observed.ranks:
         why = f" ({observed.metrics_error})" if observed is not None and observed.metrics_error else ""
@@ -196,6 +232,8 @@ def flag_mismatch(requested: OptimizationFlags, observed: ObservedEngine | None,
         problems += _rank_problems(requested, r, device)
     if device == "cuda" and (backend := _backend_mismatch(requested, observed)):
         problems.append(backend)
+    if device == "cuda" and (tuned := _tuned_config_mismatch(requested, observed)):
+        problems.append(tuned)
     return "; ".join(dict.fromkeys(problems)) or None
 
 
@@ -211,6 +249,38 @@ def launches_in_window(window_metrics: Mapping[str, float]) -> list[SwapAbLaunch
 
 def config_sources_in_window(window_metrics: Mapping[str, float]) -> list[MoeConfigSource]:
     return _config_sources(_series(window_metrics, MOE_CONFIG_LOOKUPS))
+
+
+def expert_load_in_window(window_metrics: Mapping[str, float], known_series: Iterable[str] = ()) -> list[ExpertLoad]:
+    """Tokens per expert per MoE layer from the window's growth of ``moeperf_expert_tokens_total``.
+
+    Each layer is read from the lowest rank that exports it (with TP every rank routes the same tokens identically;
+    with PP a layer lives on one stage). The window keeps only series that grew, so an expert that got no token is
+    absent from it: ``known_series`` (the keys of a scrape, which hold every expert's series from the engine's
+    start) gives each layer its full width, zeros included.
+    """
+    owner: dict[int, int] = {}
+    width: dict[tuple[int, int], int] = defaultdict(int)
+    grown: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+    for key, value in [*((k, 0.0) for k in known_series), *window_metrics.items()]:
+        name, labels = parse_series_key(key)
+        if name != EXPERT_TOKENS:
+            continue
+        try:
+            rank, layer, expert = int(labels["rank"]), int(labels["layer"]), int(labels["expert"])
+        except (KeyError, ValueError):
+            continue
+        owner[layer] = min(owner.get(layer, rank), rank)
+        width[(layer, rank)] = max(width[(layer, rank)], expert + 1)
+        if value:
+            tokens = grown[(layer, rank)]
+            tokens[expert] = tokens.get(expert, 0.0) + value
+    out = []
+    for layer in sorted(owner):
+        rank = owner[layer]
+        tokens = grown.get((layer, rank), {})
+        out.append(ExpertLoad(layer=layer, tokens=[round(tokens.get(e, 0.0)) for e in range(width[(layer, rank)])]))
+    return out
 
 
 def _series(window_metrics: Mapping[str, float], name: str) -> list[tuple[Labels, float]]:

@@ -30,8 +30,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from cluster.engine.actor import Device, EngineActor
-from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, window_delta
-from cluster.engine.observed import flag_mismatch, flags_applied, observe_engine
+from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, unpublished_ranks, window_delta
+from cluster.engine.observed import expert_load_in_window, flag_mismatch, flags_applied, observe_engine
 from cluster.engine.server import EngineStartError
 from cluster.orchestration.arm_records import ArmRecords, RecordsOutcome
 from cluster.orchestration.client_actor import ClientActor
@@ -69,6 +69,8 @@ client cancels itself at the deadline and says so; only a client that cannot (st
 START_DELAY_S = 1.0
 """Lead between deciding a replay's common start and the start itself: every client has its schedule by then."""
 DRAIN_POLL_S = 0.2
+SETTLE_TIMEOUT_S = 10.0  # longest wait for the plugin to publish the routing of the steps served (~1 s busy)
+SETTLE_POLL_S = 0.05
 """How often the engine's queue gauges are read while waiting for it to drain between sweep levels."""
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 JIT_CACHE_DIR = "jit-cache"
@@ -480,12 +482,27 @@ class ArmRunner:
 
     def _engine_samples(self) -> dict[str, float]:
         """One scrape serves the window's counters and the observation (launch counts, config sources so far)."""
-        text = ray.get(self.engine.metrics_text.remote())
+        text = self._settled_metrics_text()
         self._last_samples = parse_samples(text)
         latest = observe_engine(text, self.info.moe_backends if self.info else [])
         if latest.ranks:  # an engine that died mid-round keeps what it reported while it lived
             self.observed = latest
         return self._last_samples
+
+    def _settled_metrics_text(self) -> str:
+        """The engine's /metrics once every rank's plugin has published the routing of every step it served, so a
+        window's expert counts hold exactly its steps; after ``SETTLE_TIMEOUT_S`` the scrape is taken as it is."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while True:
+            text = ray.get(self.engine.metrics_text.remote())
+            pending = unpublished_ranks(text)
+            if not pending:
+                return text
+            if time.monotonic() >= deadline:
+                logger.warning("arm %s: rank(s) %s did not publish their expert counts in %g s: window read as it "
+                               "is", self.name, pending, SETTLE_TIMEOUT_S)  # fmt: skip
+                return text
+            time.sleep(SETTLE_POLL_S)  # polling the plugin's gauge: there is no event to wait on across processes
 
     def _collect_compile_events(self, round_index: int) -> None:
         """The compiles the engine's ranks logged up to the end of this round's replay, for the attribution to the
@@ -598,6 +615,7 @@ class ArmRunner:
             client_health=list(self.client_health),
             window_metrics=dict(sorted(self.window_metrics.items())),
             triton_compiles_in_window=self._compiles(),
+            expert_load=expert_load_in_window(self.window_metrics, self._all_series),
             compile_events=list(self.compile_events),
             levels=self._level_results(records),
             observed=self.observed,

@@ -30,7 +30,7 @@ import yaml
 from cluster.orchestration.arm_records import RecordsOutcome
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import JOURNAL_SUFFIX, RecordJournal, seal
-from result_format.run_result import ArmResult, LevelResult, RunResult, load_run
+from result_format.run_result import ArmResult, ExpertLoad, LevelResult, RunResult, load_run
 from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 
@@ -87,6 +87,18 @@ def _sum_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
     return dict(sorted(out.items()))
 
 
+def _sum_expert_load(parts: Sequence[Sequence[ExpertLoad]]) -> list[ExpertLoad]:
+    """Tokens per expert of every part's window added per layer (a part without them adds nothing)."""
+    out: dict[int, list[int]] = {}
+    for p in parts:
+        for load in p:
+            acc = out.setdefault(load.layer, [])
+            acc.extend([0] * (len(load.tokens) - len(acc)))
+            for e, n in enumerate(load.tokens):
+                acc[e] += n
+    return [ExpertLoad(layer=layer, tokens=tokens) for layer, tokens in sorted(out.items())]
+
+
 def _levels(cfg: ExperimentConfig, template: Sequence[LevelResult], cols: RecordColumns) -> list[LevelResult]:
     """Per-level results of the pooled records, summarised as the driver summarises one run's (per-round
     counts are the same in every run of one experiment)."""
@@ -120,6 +132,7 @@ def _combine_arm(cfg: ExperimentConfig, parts: Sequence[ArmResult], out_dir: Pat
         shards=[s for p in parts for s in p.shards],
         client_health=[h for p in parts for h in p.client_health],
         window_metrics=_sum_metrics([p.window_metrics for p in parts]),
+        expert_load=_sum_expert_load([p.expert_load for p in parts]),
         triton_compiles_in_window=None if any(c is None for c in compiles) else sum(c or 0 for c in compiles),
         compile_events=[e for p in parts for e in p.compile_events],
         levels=_levels(cfg, first.levels, cols),

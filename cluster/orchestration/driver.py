@@ -40,6 +40,7 @@ from cluster.orchestration.run_metrics import RunMetrics
 from cluster.orchestration.threads import run_in_threads
 from experiment.config import ArmSpec, ConfigError, ExperimentConfig
 from moe_opt.flags import OptimizationFlags
+from moe_opt.tune.folder import folder_problem
 from result_format.run_result import ArmResult, RunResult, ScheduleInfo, WarmupPassInfo
 from workloads.schedule_columns import ScheduleColumns
 from workloads.schedule_file import write_schedule
@@ -150,6 +151,10 @@ def plan_run(cfg: ExperimentConfig, base_dir: Path | None) -> tuple[Schedule, li
         p = Path(path).expanduser()
         if not (p / "config.json").is_file():
             raise RunError(f"model.path: {p} is not a model directory (no config.json)")
+    for i, arm in enumerate(cfg.arms):  # checked here, not in the model: a saved result must load anywhere
+        folder = arm.flags.tuned_config_dir
+        if folder is not None and (problem := folder_problem(folder)):
+            raise RunError(f"arms.{i}.flags.tuned_config_dir: {problem}")
     too_long = sum(int(_too_long(lv.requests, cfg.model.max_model_len).sum()) for lv in levels)
     if too_long:
         lv = next(lv for lv in levels if _too_long(lv.requests, cfg.model.max_model_len).any())

@@ -2,7 +2,8 @@
 
 Uniform routing spreads tokens evenly, so every expert's M tile is equally (under)filled; real traffic
 is skewed, with a few hot experts getting far more tokens, which favours larger M tiles for them.
-Spec strings: "uniform", "zipf:S" (popularity ~ 1/rank^S), "hist:PATH" (JSON list of counts per expert).
+Spec strings: "uniform", "zipf:S" (popularity ~ 1/rank^S), "hist:PATH" (JSON list of counts per expert),
+"from:RESULT_JSON[:ARM]" (the tokens per expert a moeperf run observed: its arms' ``expert_load``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,60 @@ def expert_popularity(spec: str, num_experts: int) -> torch.Tensor:
         if counts.numel() != num_experts:
             raise ValueError(f"histogram {arg} has {counts.numel()} experts, shape has {num_experts}")
         return (counts / counts.sum()).float()
-    raise ValueError(f"unknown routing spec {spec!r} (uniform | zipf:S | hist:PATH)")
+    if kind == "from":
+        path, arm = split_from_spec(arg)
+        counts = torch.tensor(expert_load_counts(path, arm), dtype=torch.float64)
+        if counts.numel() != num_experts:
+            raise ValueError(f"{path}: expert_load has {counts.numel()} experts, the shape has {num_experts}")
+        return (counts / counts.sum()).float()
+    raise ValueError(f"unknown routing spec {spec!r} (uniform | zipf:S | hist:PATH | from:RESULT_JSON[:ARM])")
+
+
+def split_from_spec(arg: str) -> tuple[Path, str | None]:
+    """``PATH`` or ``PATH:ARM`` of a ``from:`` spec; a path ending in ``.json`` takes no arm suffix."""
+    if arg.endswith(".json") or ":" not in arg:
+        return Path(arg), None
+    path, _, arm = arg.rpartition(":")
+    return Path(path), arm or None
+
+
+def expert_load_counts(path: Path, arm: str | None = None) -> list[int]:
+    """Tokens routed to each expert in a moeperf result file: ``arms[].expert_load`` summed over layers and over
+    ``arm`` (or every arm with status ok). Read as plain JSON so any result version that has the field works.
+
+    The tuner's tiles follow how full each expert's M tile is, so the real skew of the traffic is the routing to
+    tune on; raises ValueError naming the file when it holds no such counts.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read a result file ({e})") from None
+    arms = data.get("arms") if isinstance(data, dict) else None
+    if not isinstance(arms, list):
+        raise ValueError(f"{path}: not a moeperf result file (no arms list)")
+    names = [a.get("name") for a in arms if isinstance(a, dict)]
+    if arm is not None:
+        chosen = [a for a in arms if isinstance(a, dict) and a.get("name") == arm]
+        if not chosen:
+            raise ValueError(f"{path}: no arm {arm!r} (arms: {names})")
+    else:
+        chosen = [a for a in arms if isinstance(a, dict) and a.get("status") == "ok"]
+    total: list[int] = []
+    for a in chosen:
+        for row in a.get("expert_load") or []:
+            tokens = [int(t) for t in row.get("tokens", [])]
+            if total and len(tokens) != len(total):
+                raise ValueError(
+                    f"{path}: arm {a.get('name')!r} layer {row.get('layer')} has {len(tokens)} experts, "
+                    f"earlier rows {len(total)}"
+                )
+            total = [x + t for x, t in zip(total, tokens, strict=True)] if total else tokens
+    if not total or sum(total) <= 0:
+        which = f"arm {arm!r}" if arm is not None else f"the ok arms {[a.get('name') for a in chosen]}"
+        raise ValueError(
+            f"{path}: {which} hold no expert_load (tokens per expert); the run must be one that recorded routing"
+        )
+    return total
 
 
 def sample_routing(

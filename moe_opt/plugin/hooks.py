@@ -6,7 +6,9 @@ covers every rank. Patching happens on the class at plugin load; per-rank state 
 ``init_device``, the first point where the rank and its device are known and before the model is
 loaded (so flags are applied before any kernel runs and warm-up compilations are counted); the
 kernel-choice counters (``kernel_choices``) are installed there too, after the flags' patches.
-``initialize_from_config`` is the first call after the model is loaded: each MoE layer's backend is read there.
+``initialize_from_config`` is the first call after the model is loaded: each MoE layer's backend is read there,
+and the MoE layers' routers are bound to the expert-load counts (and the router bias, if any) before warm-up and
+CUDA-graph capture (``expert_load.py``).
 The Ray executor's compiled-graph path (``execute_model_ray``) bypasses the wrapper: not covered.
 """
 
@@ -19,11 +21,14 @@ from typing import Any
 
 from moe_opt.flags import FlagStatus, OptimizationFlags
 from moe_opt.plugin.buffered import Buffer
+from moe_opt.plugin.expert_harvest import Harvester
+from moe_opt.plugin.expert_load import DeviceCounts, activate, activate_biases, find_moe_layers, install_router_hook
 from moe_opt.plugin.gpu import NvmlSampler, identify
 from moe_opt.plugin.kernel_choices import install_config_sources, install_launch_counter, moe_layer_backends
-from moe_opt.plugin.metrics import PLUGIN_INFO, Metrics
+from moe_opt.plugin.metrics import EXPERT_TOKENS, EXPERT_TOKENS_UNPUBLISHED, PLUGIN_INFO, Metrics
 from moe_opt.plugin.patches import PatchTargetMissing, apply_flags, installed_vllm_version, not_applied_reason
 from moe_opt.plugin.rank import RankInstruments
+from moe_opt.plugin.router_bias import LayerBiases
 from moe_opt.plugin.settings import PluginSettings
 from moe_opt.plugin.sync import CollectiveClock, SyncRing, ring_path, time_collectives
 
@@ -36,6 +41,7 @@ GROUP = "vllm.distributed.parallel_state:GroupCoordinator"
 class _State:
     settings: PluginSettings | None = None
     instruments: RankInstruments | None = None
+    expert_load: Harvester | None = None
     metrics = Metrics()  # one per process: prometheus_client allows one object per name and registry
     clock = CollectiveClock()
     keep: list[Any] = []  # objects that must live as long as the process (compile counter, sampler)
@@ -162,6 +168,8 @@ def setup_rank(wrapper: Any) -> RankInstruments:
     # After the flags' patches: the Swap-AB decision counted is the one the arm's patch makes, if any.
     install_launch_counter(inst.on_launch, version)
     install_config_sources(inst.on_config_lookup, version)
+    if settings.expert_load or settings.router_bias is not None:
+        install_router_hook(version)  # checked here, at start; the layers are bound once the model is loaded
     info = info_labels(
         labels,
         settings,
@@ -200,6 +208,73 @@ def record_moe_backends(wrapper: Any) -> None:
     logger.info("moeperf: MoE layer backends %s", dict(layers))
 
 
+def _device_of(model: Any, wrapper: Any) -> Any:
+    """Where the model's layers live (their parameters'), else the worker's device."""
+    param = next(iter(model.parameters()), None)
+    return param.device if param is not None else getattr(wrapper.worker, "device", "cpu")
+
+
+def start_router_bias(wrapper: Any) -> None:
+    """After the model is loaded and before warm-up: bias every MoE layer's router logits (MOEPERF_ROUTER_BIAS)."""
+    settings = STATE.settings
+    if settings is None or settings.router_bias is None:
+        return
+    model = wrapper.worker.get_model()  # a worker that cannot show its model must not run unbiased: let it raise
+    layers = find_moe_layers(model)
+    device = _device_of(model, wrapper)
+    biases = LayerBiases()
+    for layer, router in layers:
+        biases.bind(router, settings.router_bias.logits(layer.num_experts, layer.number), device)
+    activate_biases(biases)
+    logger.info("moeperf: router logits of %d MoE layer(s) biased by %s", len(layers), settings.router_bias)
+
+
+def start_expert_load(wrapper: Any) -> Harvester | None:
+    """After the model is loaded and before warm-up and CUDA-graph capture: count tokens per expert per MoE layer.
+
+    Bound before capture, so the captured graphs hold the count. One counter child per (layer, expert) is created
+    here, at 0, so every expert's series exists before serving (a window's growth then names every expert).
+    """
+    inst, settings = STATE.instruments, STATE.settings
+    if inst is None or settings is None or not settings.expert_load:
+        return None
+    try:
+        model = wrapper.worker.get_model()
+    except Exception as e:  # noqa: BLE001 - a model runner without get_model: nothing to bind to
+        logger.warning("moeperf: tokens per expert not counted: model not readable (%s)", e)
+        return None
+    layers = find_moe_layers(model)
+    if not layers:
+        logger.info("moeperf: no MoE layer with a router found: tokens per expert not counted")
+        return None
+    device = _device_of(model, wrapper)
+    sched = getattr(wrapper.vllm_config, "scheduler_config", None)
+    max_tokens = int(getattr(sched, "max_num_batched_tokens", 0) or 0)
+    counts = DeviceCounts([layer for layer, _ in layers], device, max_tokens)
+    counts.bind(router for _, router in layers)
+    metric = STATE.metrics.get(EXPERT_TOKENS)
+    lv = tuple(inst.labels.values())
+    children = [
+        [metric.labels(*lv, str(layer.number), str(e)) for e in range(layer.num_experts)] for layer, _ in layers
+    ]
+
+    def publish(row: int, expert: int, tokens: int) -> None:
+        if expert < len(children[row]):  # the spare column (ids out of range) is not an expert
+            children[row][expert].inc(tokens)
+
+    flag = STATE.metrics.get(EXPERT_TOKENS_UNPUBLISHED).labels(*lv)
+    flag.set(0)
+    harvester = Harvester(counts, publish, unpublished=lambda pending: flag.set(1 if pending else 0))
+    activate(counts)
+    harvester.start()
+    atexit.register(harvester.stop)
+    logger.info(
+        "moeperf: counting tokens per expert in %d MoE layer(s) (%s) on %s",
+        len(layers), [layer.number for layer, _ in layers], device,
+    )  # fmt: skip
+    return harvester
+
+
 def _resolve(qualname: str) -> Any:
     import importlib
 
@@ -228,6 +303,8 @@ def install(settings: PluginSettings) -> None:
         # vLLM's engine core calls it once per worker after load_model and before warm-up: the model is there.
         out = orig_initialize(self, *args, **kwargs)
         record_moe_backends(self)
+        start_router_bias(self)
+        STATE.expert_load = start_expert_load(self)
         return out
 
     def init_device(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -241,7 +318,14 @@ def install(settings: PluginSettings) -> None:
         if inst is None:
             return orig_execute(self, scheduler_output, *args, **kwargs)
         inst.begin(scheduler_output)
-        out = orig_execute(self, scheduler_output, *args, **kwargs)
+        load = STATE.expert_load
+        if load is not None:
+            load.begin(getattr(scheduler_output, "total_num_scheduled_tokens", None))
+        try:
+            out = orig_execute(self, scheduler_output, *args, **kwargs)
+        finally:
+            if load is not None:
+                load.end()
         if out is not None:  # None: sampling follows in sample_tokens, which ends the step
             inst.end()
         return out

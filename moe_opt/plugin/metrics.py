@@ -34,6 +34,8 @@ PLUGIN_INFO = "moeperf_plugin_info"
 FUSED_MOE_LAUNCHES = "moeperf_fused_moe_launches_total"
 MOE_CONFIG_LOOKUPS = "moeperf_moe_config_lookups_total"
 MOE_BACKEND_LAYERS = "moeperf_moe_backend_layers"
+EXPERT_TOKENS = "moeperf_expert_tokens_total"
+EXPERT_TOKENS_UNPUBLISHED = "moeperf_expert_tokens_unpublished"
 
 TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STEP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5, 5, 10)
@@ -81,6 +83,22 @@ SPECS: tuple[MetricSpec, ...] = (
         (*RANK_LABELS, "backend", "experts"),
         "MoE layers of the model on this rank per backend vLLM's oracle chose and experts class it runs, read "
         "once after the model is loaded.",
+    ),
+    MetricSpec(
+        EXPERT_TOKENS,
+        "counter",
+        (*RANK_LABELS, "layer", "expert"),
+        "Tokens the router of MoE layer `layer` (decoder-layer index) sent to expert `expert` on this rank while "
+        "serving (each token counts once per selected expert: top_k per token and layer); counted on the device "
+        "inside the MoE forward (CUDA-graph replays included, padding excluded), exported about every second.",
+    ),
+    MetricSpec(
+        EXPERT_TOKENS_UNPUBLISHED,
+        "gauge",
+        RANK_LABELS,
+        "1 while this rank has served steps whose routing is not yet in moeperf_expert_tokens_total, 0 once all "
+        "is (set to 1 by the first step after a publish, to 0 by the publish that covers the last step); the "
+        "harness waits for 0 before it reads a window.",
     ),
     MetricSpec(
         "moeperf_rank_ttft_seconds",

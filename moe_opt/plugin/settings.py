@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moe_opt.flags import FLAGS_ENV_VAR, OptimizationFlags
+from moe_opt.plugin.router_bias import ENV as ROUTER_BIAS_ENV
+from moe_opt.plugin.router_bias import RouterBias, RouterBiasError, parse_router_bias
 
 ARM_ENV = "MOEPERF_ARM"
 RUN_ID_ENV = "MOEPERF_RUN_ID"
@@ -27,6 +29,7 @@ NODE_ENV = "MOEPERF_NODE"
 METRICS_PORT_ENV = "MOEPERF_METRICS_PORT"
 EXTRA_NO_RESPECIALIZE_ENV = "MOEPERF_NO_RESPECIALIZE_KERNELS"
 GPU_POLL_ENV = "MOEPERF_GPU_POLL_S"
+EXPERT_LOAD_ENV = "MOEPERF_EXPERT_LOAD"  # "0": do not count tokens per expert (on otherwise, like kernel choices)
 COMPILE_EVENTS_DIR_ENV = "MOEPERF_COMPILE_EVENTS_DIR"  # each rank appends its Triton compiles to rank<N>.jsonl here
 # Test-only knobs: never set by moeperf itself.
 TEST_RANK_DELAY_ENV = "MOEPERF_TEST_RANK_DELAY"  # "RANK:SECONDS": sleep that long on that rank in every step
@@ -57,6 +60,8 @@ class PluginSettings:
     rank_delay: RankDelay | None = None
     missing_target: str | None = None
     force_patches: bool = False
+    expert_load: bool = True
+    router_bias: RouterBias | None = None  # MOEPERF_ROUTER_BIAS: skew a dummy-weight model's routing (router_bias.py)
 
 
 def _parse_rank_delay(raw: str | None) -> RankDelay | None:
@@ -88,6 +93,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> PluginSettings | 
     # arm's flags or the separate variable (which wins).
     extra = {**flags.no_respecialize_kernels, **extra}
     port = env.get(METRICS_PORT_ENV)
+    try:
+        router_bias = parse_router_bias(env.get(ROUTER_BIAS_ENV))
+    except RouterBiasError as e:
+        raise PluginConfigError(str(e)) from e
     return PluginSettings(
         flags=flags,
         arm=env.get(ARM_ENV, "unknown"),
@@ -100,4 +109,6 @@ def load_settings(environ: Mapping[str, str] | None = None) -> PluginSettings | 
         rank_delay=_parse_rank_delay(env.get(TEST_RANK_DELAY_ENV)),
         missing_target=env.get(TEST_MISSING_TARGET_ENV) or None,
         force_patches=env.get(TEST_FORCE_PATCHES_ENV) == "1",
+        expert_load=env.get(EXPERT_LOAD_ENV, "1") != "0",
+        router_bias=router_bias,
     )

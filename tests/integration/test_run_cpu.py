@@ -59,11 +59,24 @@ def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_
         # vLLM chose the kernel itself ("auto" on CPU): the result says which one served.
         assert arm["engine"]["moe_backends"][0] == "Unquantized: CPU"
         assert arm["summary"]["ttft_s"]["p50"] > 0
+        # Routing seen while serving: one row per MoE layer, every expert, from the measured window's growth.
+        tiny = res["config"]["model"]["tiny"]
+        loads = arm["expert_load"]
+        assert [row["layer"] for row in loads] == list(range(tiny["num_hidden_layers"])), loads
+        assert all(len(row["tokens"]) == tiny["num_local_experts"] for row in loads), loads
+        routed = {sum(row["tokens"]) for row in loads}
+        # Every token the engine computed in the window passes every MoE layer once per selected expert: each
+        # request's prompt (less prefix-cache hits) and every output token but the last, which is never fed back.
+        # Exact: the runner reads the window once every rank has published its counts (no lag, no warm-up).
+        hits = sum(v for k, v in arm["window_metrics"].items() if k.startswith("vllm:prefix_cache_hits_total{"))
+        computed = sum(rec["prompt_tokens"] + rec["output_tokens"] - 1 for rec in arm["records"]) - hits
+        assert routed == {computed * tiny["num_experts_per_tok"]}, (loads, computed)
     flagged = res["arms"][1]
     assert flagged["flags"] == {
         "swap_ab": True,
         "moe_backend": "triton",
         "no_respecialize": True,
+        "tuned_config_dir": None,
         "no_respecialize_kernels": {},
     }
     assert flagged["flags_applied"] is False and "change nothing in the kernels" in flagged["notes"][0]

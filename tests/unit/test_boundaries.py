@@ -23,6 +23,7 @@ FORBIDDEN = {
     "analysis": ("ray", "cluster", "vllm"),
     "moe_opt.kernels": ("ray", "cluster", "pydantic", "vllm"),
     "moe_opt.plugin": ("ray", "cluster"),
+    "moe_opt.tune": ("ray", "cluster", "vllm"),  # vLLM only when a tune runs: the driver imports tune.folder
 }
 
 
