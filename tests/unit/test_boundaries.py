@@ -49,3 +49,16 @@ def test_the_checker_sees_a_forbidden_import():
     # cluster imports Ray: the same check must fail for it, or the tests above prove nothing.
     r = _import_all_and_list_forbidden("cluster.orchestration", ("ray",))
     assert r.returncode == 1 and "ray" in r.stdout
+
+
+def test_collecting_the_gpu_tests_imports_no_triton():
+    # tests/gpu is collected before tests/kernels, whose conftest can switch Triton to its CPU interpreter only
+    # while Triton is not imported yet; else, without a GPU, every kernel test is skipped (seen 2026-12-02: a
+    # module-level importorskip("vllm") in tests/gpu/test_gpu_tune.py skipped 72 of them in the full suite).
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "tests/gpu", "-o",
+         "addopts=", "-p", "tests.unit.triton_probe"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "triton imported: False" in r.stdout, r.stdout[-2000:]
