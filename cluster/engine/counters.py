@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from moe_opt.plugin.metrics import EXPERT_TOKENS_UNPUBLISHED
 from result_format.run_result import series_key
 
 KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
 COMPILES = "moeperf_triton_compiles_total"
-UNPUBLISHED = "moeperf_expert_tokens_unpublished"  # moe_opt.plugin.metrics.EXPERT_TOKENS_UNPUBLISHED
+UNPUBLISHED = EXPERT_TOKENS_UNPUBLISHED
 
 
 def parse_samples(text: str) -> dict[str, float]:

@@ -69,9 +69,9 @@ client cancels itself at the deadline and says so; only a client that cannot (st
 START_DELAY_S = 1.0
 """Lead between deciding a replay's common start and the start itself: every client has its schedule by then."""
 DRAIN_POLL_S = 0.2
+"""How often the engine's queue gauges are read while waiting for it to drain between sweep levels."""
 SETTLE_TIMEOUT_S = 10.0  # longest wait for the plugin to publish the routing of the steps served (~1 s busy)
 SETTLE_POLL_S = 0.05
-"""How often the engine's queue gauges are read while waiting for it to drain between sweep levels."""
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 JIT_CACHE_DIR = "jit-cache"
 """The run's shared JIT cache, ``<run_dir>/jit-cache``, with ``engine.cache_state: shared_warm``."""

@@ -25,17 +25,19 @@ def expert_popularity(spec: str, num_experts: int) -> torch.Tensor:
         p = ranks.pow(-s)
         return (p / p.sum()).float()
     if kind == "hist":
-        counts = torch.tensor(json.loads(Path(arg).read_text()), dtype=torch.float64)
-        if counts.numel() != num_experts:
-            raise ValueError(f"histogram {arg} has {counts.numel()} experts, shape has {num_experts}")
-        return (counts / counts.sum()).float()
+        return _shares(json.loads(Path(arg).read_text()), num_experts, f"histogram {arg}")
     if kind == "from":
         path, arm = split_from_spec(arg)
-        counts = torch.tensor(expert_load_counts(path, arm), dtype=torch.float64)
-        if counts.numel() != num_experts:
-            raise ValueError(f"{path}: expert_load has {counts.numel()} experts, the shape has {num_experts}")
-        return (counts / counts.sum()).float()
+        return _shares(expert_load_counts(path, arm), num_experts, f"{path}: expert_load")
     raise ValueError(f"unknown routing spec {spec!r} (uniform | zipf:S | hist:PATH | from:RESULT_JSON[:ARM])")
+
+
+def _shares(counts: list[int] | list[float], num_experts: int, source: str) -> torch.Tensor:
+    """Counts per expert as probabilities; the source must count exactly the shape's experts."""
+    t = torch.tensor(counts, dtype=torch.float64)
+    if t.numel() != num_experts:
+        raise ValueError(f"{source} has {t.numel()} experts, the shape has {num_experts}")
+    return (t / t.sum()).float()
 
 
 def split_from_spec(arg: str) -> tuple[Path, str | None]:

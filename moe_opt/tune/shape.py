@@ -144,8 +144,7 @@ def _shape_from_experiment(path: Path, tp: int | None, dtype: Dtype | None) -> M
     ranks = tp or cfg.engine.tensor_parallel_size
     fp8_model = cfg.model.quantization == "fp8"
     if cfg.model.path is not None:
-        shape = shape_from_model_arg(cfg.model.path, ranks, dtype)
-        return shape if dtype or not fp8_model else shape_from_model_arg(cfg.model.path, ranks, "fp8_w8a8")
+        return shape_from_model_arg(cfg.model.path, ranks, dtype or ("fp8_w8a8" if fp8_model else None))
     tiny = cfg.model.tiny
     fp8 = fp8_model or tiny.fp8_checkpoint != "none"
     chosen: Dtype = dtype or ("fp8_w8a8" if fp8 else "bf16")
