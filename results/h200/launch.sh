@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Start one hold's campaign on the H200 machine, detached, from a copy of the repo under $HOME (each call
 # re-lays the working tree; a job must not run from it). From the repo root, after the stash calls:
-#   bash results/h200/launch.sh [--flashinfer] [--prometheus] EXPERIMENT...
+#   bash results/h200/launch.sh [--flashinfer] [--prometheus] [--runner SCRIPT] EXPERIMENT...
 # --flashinfer also resumes FlashInfer's CUTLASS MoE build (flashinfer-build.sh) on CPUs 6-15, and the
 # experiments then run pinned to CPUs 0-5 so that the build's nvcc jobs do not share their cores.
 # --prometheus starts the Debian package's Prometheus, carried in as .prom/prometheus.xz (made here by
 # `bash results/h200/prometheus-pack.sh`; git-ignored), with the shipped config and 1 s scrapes, so that
 # it scrapes every engine and the client metrics of the runs; after each run, every dashboard query is
 # run against it (`moeperf dashboards check`, into the run folder's dashboards-check.json).
+# --runner SCRIPT runs SCRIPT (e.g. results/h200/tune-proof.sh) instead of studies.sh, with the same arguments.
 # Then `bash results/h200/collect.sh 540` in back-to-back calls (within 30 s of each other) until done.
 set -u
-fi=0; prom=0
+fi=0; prom=0; runner=results/h200/studies.sh
 while [ $# -gt 0 ]; do
-  case "$1" in --flashinfer) fi=1 ;; --prometheus) prom=1 ;; *) break ;; esac; shift
+  case "$1" in --flashinfer) fi=1 ;; --prometheus) prom=1 ;; --runner) runner=$2; shift ;; *) break ;; esac; shift
 done
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dst=$HOME/moeperf
@@ -27,5 +28,5 @@ if [ $prom = 1 ]; then
 fi
 cpus=0-$(( $(nproc) - 1 ))
 if [ $fi = 1 ]; then bash results/h200/flashinfer-build.sh start 6-15 10; cpus=0-5; fi
-setsid nohup taskset -c "$cpus" bash results/h200/studies.sh "$@" >/tmp/studies.out 2>&1 < /dev/null &
+setsid nohup taskset -c "$cpus" bash "$runner" "$@" >/tmp/studies.out 2>&1 < /dev/null &
 sleep 5; cat "${CAMPAIGN_DIR:-$HOME/campaign}/progress" 2>/dev/null; bash results/h200/flashinfer-build.sh status
