@@ -11,7 +11,7 @@ Names used, in vLLM 0.26 ``model_executor/layers/fused_moe/fused_moe.py`` (and t
 ``get_config_file_name``, ``get_moe_configs`` (lru-cached, reads ``envs.VLLM_TUNED_CONFIG_FOLDER`` first),
 ``try_get_optimal_moe_config``, ``fused_experts``, ``enable_swap_ab``; ``fused_moe.override_config`` and
 ``fused_moe.config.fp8_w8a8_moe_quant_config``. The lookups run on vLLM's CPU build too (its file names then say
-``device_name=cpu``); only ``VllmMoe`` needs CUDA.
+``device_name=cpu``); only ``VllmMoe`` and the calls ``fused_experts_call`` makes need CUDA.
 """
 
 from __future__ import annotations
@@ -111,6 +111,42 @@ def swap_ab(shape: MoeShape, config: Mapping[str, int]) -> bool:
     return bool(decide(config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"])) if decide is not None else False
 
 
+def fp8_quant_config(
+    w13_scale: Any, w2_scale: Any, a1_scale: Any = None, a2_scale: Any = None, block_shape: list[int] | None = None
+) -> Any:
+    """vLLM's FP8 w8a8 quant config for ``fused_experts``. Activation scales None: vLLM quantises activations
+    dynamically, as for a dynamic-scale checkpoint; given: statically, as for a static-scale one (and as moe_opt's
+    own per-tensor FP8 path always does), so a comparison with moe_opt can give both sides the same work."""
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
+
+    return fp8_w8a8_moe_quant_config(
+        w1_scale=w13_scale, w2_scale=w2_scale, a1_scale=a1_scale, a2_scale=a2_scale, block_shape=block_shape
+    )
+
+
+def fused_experts_call(
+    x: Any,
+    w13: Any,
+    w2: Any,
+    topk_weights: Any,
+    topk_ids: Any,
+    config: Mapping[str, int],
+    quant_config: Any = None,
+) -> Callable[[], object]:
+    """A no-argument call of vLLM's own ``fused_experts`` that launches ``config`` (``override_config``, as vLLM's
+    ``benchmark_moe.py`` does): the tuner and the side-by-side benchmark (``moe_opt.bench.vs_vllm``) time and capture
+    exactly what an engine launches for that config, on weights they choose."""
+    override = importlib.import_module(MOE_PACKAGE).override_config
+    fused_experts = fused_moe_module().fused_experts
+    chosen = dict(config)
+
+    def call() -> object:
+        with override(chosen):
+            return fused_experts(x, w13, w2, topk_weights, topk_ids, quant_config=quant_config)
+
+    return call
+
+
 class VllmMoe:
     """One rank's MoE weights on the GPU and a call of vLLM's ``fused_experts`` with a chosen config.
 
@@ -122,26 +158,19 @@ class VllmMoe:
         import torch
 
         self.shape, self.device = shape, device
-        moe_pkg = importlib.import_module(MOE_PACKAGE)
-        self._override = moe_pkg.override_config
-        self._fused_experts = fused_moe_module().fused_experts
+        fused_moe_module()  # no vLLM: fail here, before any weight is allocated
         w13_shape, w2_shape = weight_shapes(shape)
         gen = torch.Generator(device=device).manual_seed(0)
         w13 = torch.randn(w13_shape, device=device, dtype=torch.bfloat16, generator=gen) / 16
         w2 = torch.randn(w2_shape, device=device, dtype=torch.bfloat16, generator=gen) / 16
         self.quant_config: Any = None
         if shape.dtype == "fp8_w8a8":
-            from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
             from vllm.platforms import current_platform
 
             fp8 = current_platform.fp8_dtype()
             w13, w2 = w13.to(fp8), w2.to(fp8)
-            self.quant_config = fp8_w8a8_moe_quant_config(
-                w1_scale=self._scales(w13_shape),
-                w2_scale=self._scales(w2_shape),
-                a1_scale=None,
-                a2_scale=None,
-                block_shape=shape.block_list,
+            self.quant_config = fp8_quant_config(
+                self._scales(w13_shape), self._scales(w2_shape), block_shape=shape.block_list
             )
         self.w13, self.w2 = w13, w2
 
@@ -166,14 +195,6 @@ class VllmMoe:
         x = torch.randn(batch, self.shape.hidden, device=self.device, dtype=torch.bfloat16) / 4
 
         def with_config(config: Mapping[str, int]) -> Callable[[], object]:
-            chosen = dict(config)
-
-            def call() -> object:
-                with self._override(chosen):
-                    return self._fused_experts(
-                        x, self.w13, self.w2, topk_weights, topk_ids, quant_config=self.quant_config
-                    )
-
-            return call
+            return fused_experts_call(x, self.w13, self.w2, topk_weights, topk_ids, config, self.quant_config)
 
         return with_config

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Issue 20's proof on the H200 machine, detached, one step after another (launch.sh --runner):
-#   1. what the routing counter costs inside a MoE forward (moe_opt/bench/expert_load_cost.py);
-#   2. `moeperf tune` for the end-to-end model's shape (DeepSeek-V3 per rank at TP=8, per-tensor FP8), under
-#      the Zipf routing its engines are biased to, into the folder experiments/h200-tuned-dsv3-fp8.yaml names;
-#   3. that experiment: vLLM's configs, an A/A control, the tuned folder, the load sweep;
-#   4. kernel level for the other per-rank TP=8 shapes vLLM ships no H200 config for (Qwen3-235B-A22B FP8,
-#      DeepSeek-V3 bf16), uniform routing as vLLM's own tuner times them.
-# Results in $C (tuned folders under $C/tuned, packed as tuned.tgz: the device's transfer refuses vLLM's file
-# names, which hold '=' and ','). Then `bash results/h200/collect.sh 540` in back-to-back calls until done.
+# Issue 20's proof on the H200 machine, detached, the named steps one after another (launch.sh --runner):
+#   cost      what the routing counter costs inside a MoE forward (moe_opt/bench/expert_load_cost.py);
+#   tune      `moeperf tune` for the end-to-end model's shape (DeepSeek-V3 per rank at TP=8, per-tensor FP8), under
+#             the Zipf routing its engines are biased to, into the folder experiments/h200-tuned-dsv3-fp8.yaml
+#             names (about 9 min); without it, e2e uses the folder tuned on 2026-12-02 (committed, same GPU type,
+#             vLLM 0.26.0, Triton 3.6.0);
+#   e2e       that experiment: vLLM's configs, the tuned folder, an A/A control, the load sweep;
+#   kernels   kernel level for the other per-rank TP=8 shapes vLLM ships no H200 config for (Qwen3-235B-A22B FP8,
+#             DeepSeek-V3 bf16), uniform routing as vLLM's own tuner times them;
+#   vs-vllm   moe_opt's kernels beside vLLM's, 56 cells (moe_opt/bench/vs_vllm.py).
+#   bash results/h200/launch.sh --runner results/h200/tune-proof.sh e2e vs-vllm
+# Results in $C (tuned folders packed as tuned.tgz: the device's transfer refuses vLLM's file names, which hold
+# '=' and ','). Then `bash results/h200/collect.sh 540` in back-to-back calls until done.
 set -u
 source "$(dirname "$0")/gpu-env.sh"
 tuned=/tmp/moeperf-tuned
+committed=results/h200/issue20-tune-20261202/tuned
 tune() {  # NAME ARGS...: one shape, its folder $tuned/NAME, its output in $C/tune-NAME.log
   local name=$1; shift
   step "start tune-$name"
@@ -18,14 +23,27 @@ tune() {  # NAME ARGS...: one shape, its folder $tuned/NAME, its output in $C/tu
   step "end tune-$name rc=$?"
   tar -C "$tuned" -czf "$C/tuned.tgz" .
 }
-step "start expert-load-cost"
-python3 -m moe_opt.bench.expert_load_cost --out "$C/expert_load_cost.json" >"$C/expert_load_cost.log" 2>&1
-step "end expert-load-cost rc=$?"
-tune h200-dsv3-fp8 --model experiments/h200-tuned-dsv3-fp8.yaml --routing zipf:1.0
-study h200-tuned-dsv3-fp8
-kernel_buckets=1,16,64,256,1024,4096
-tune qwen3-235b-fp8-tp8 --experts 128 --hidden 4096 --intermediate 1536 --tp 8 --top-k 8 --dtype fp8_w8a8 \
-  --buckets $kernel_buckets --routing uniform
-tune dsv3-bf16-tp8 --experts 256 --hidden 7168 --intermediate 2048 --tp 8 --top-k 8 --dtype bf16 \
-  --buckets $kernel_buckets --routing uniform
+for what in "$@"; do
+  case "$what" in
+  cost)
+    step "start expert-load-cost"
+    python3 -m moe_opt.bench.expert_load_cost --out "$C/expert_load_cost.json" >"$C/expert_load_cost.log" 2>&1
+    step "end expert-load-cost rc=$?" ;;
+  tune) tune h200-dsv3-fp8 --model experiments/h200-tuned-dsv3-fp8.yaml --routing zipf:1.0 ;;
+  e2e)
+    if [ ! -d "$tuned/h200-dsv3-fp8" ]; then mkdir -p "$tuned" && cp -r "$committed/h200-dsv3-fp8" "$tuned/"; fi
+    study h200-tuned-dsv3-fp8 ;;
+  kernels)
+    buckets=1,16,64,256,1024,4096
+    tune qwen3-235b-fp8-tp8 --experts 128 --hidden 4096 --intermediate 1536 --tp 8 --top-k 8 --dtype fp8_w8a8 \
+      --buckets $buckets --routing uniform
+    tune dsv3-bf16-tp8 --experts 256 --hidden 7168 --intermediate 2048 --tp 8 --top-k 8 --dtype bf16 \
+      --buckets $buckets --routing uniform ;;
+  vs-vllm)
+    step "start vs-vllm"
+    python3 -m moe_opt.bench.vs_vllm --out "$C/vs_vllm.json" >"$C/vs_vllm.log" 2>&1
+    step "end vs-vllm rc=$?" ;;
+  *) step "unknown step $what" ;;
+  esac
+done
 touch "$C/done"
