@@ -28,6 +28,15 @@ weighted by a per-step mask (1 for the step's real tokens, 0 for padding), writt
 when the token count changes (one small kernel, ordered on the step's stream), so padding is not counted. The
 mask assumes the MoE sees the step's tokens in order (TP; not with DP dispatch, sequence-parallel MoE or
 dual-batch overlap, whose rows are then counted unweighted or misweighted).
+
+Overlap (``MOEPERF_EXPERT_LOAD=overlap``, opt-in): measured on an H200 (2026-12-02,
+``moe_opt/bench/expert_load_cost.py``), the inline count costs 2.3-7 us per layer and step in graph replay, about
+one serial graph node: 13 % of a Qwen3-30B-A3B MoE forward at batch 1 and some 3 % of its 48-layer decode step,
+above the 1 % it may cost. With overlap the count is queued on a side stream forked right after routing and
+joined when the layer's ``MoERunner._apply_quant_method`` returns, so in a captured graph it is a parallel branch
+beside the expert GEMMs instead of a node on the critical path; the join stays inside the layer, so vLLM's
+piecewise graphs (one capture per piece) never end with the branch unjoined. A routing outside that method (no
+join to come) is counted inline.
 """
 
 from __future__ import annotations
@@ -46,6 +55,9 @@ from moe_opt.plugin.router_bias import LayerBiases
 ROUTER_MODULE = "vllm.model_executor.layers.fused_moe.router.fused_moe_router"
 ROUTER_CLASS = "FusedMoERouter"
 ROUTER_METHOD = "select_experts"
+RUNNER_MODULE = "vllm.model_executor.layers.fused_moe.runner.moe_runner"
+RUNNER_CLASS = "MoERunner"
+RUNNER_METHOD = "_apply_quant_method"
 FLAG = "instruments"
 MARK = "__moeperf_expert_load__"
 GUARDED_ROUTERS = ("ZeroExpertRouter",)
@@ -135,7 +147,7 @@ class Slot:
 class DeviceCounts:
     """The per-process counting buffer on the layers' device, the per-step padding mask, and the router slots."""
 
-    def __init__(self, layers: list[MoeLayer], device: Any, max_tokens: int) -> None:
+    def __init__(self, layers: list[MoeLayer], device: Any, max_tokens: int, overlap: bool = False) -> None:
         if not layers:
             raise ValueError("no MoE layer to count")
         self.layers = layers
@@ -149,6 +161,9 @@ class DeviceCounts:
         self._positions = torch.arange(self.capacity, dtype=torch.int64, device=self.device)
         self._real_tokens: int | None = None
         self.slots: dict[int, Slot] = {}
+        # overlap: the side stream counts run on (CUDA only; on CPU there is nothing to overlap with)
+        self.side: Any = torch.cuda.Stream(device=self.device) if overlap and self.device.type == "cuda" else None
+        self._forked = False
 
     def bind(self, routers: Iterable[Any]) -> None:
         """Route every listed router's calls into its row (same order as ``layers``)."""
@@ -166,6 +181,26 @@ class DeviceCounts:
         """Forget what start-up (profiling, warm-up, graph capture) routed: counts start with serving."""
         self.counts.zero_()
 
+    def count(self, slot: Slot, topk_ids: torch.Tensor, joined_later: bool) -> None:
+        """``slot.add`` on the side stream when overlapping and a ``join`` will follow in this layer, else inline.
+
+        The side stream first waits for the current one (the ids and this step's padding mask are written there);
+        the ids stay alive until the join, because the layer that routed them holds them until it returns.
+        """
+        if self.side is None or not joined_later:
+            slot.add(topk_ids)
+            return
+        self.side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.side):
+            slot.add(topk_ids)
+        self._forked = True
+
+    def join(self) -> None:
+        """Make the current stream wait for the counts forked since the last join (none: nothing queued)."""
+        if self._forked:
+            torch.cuda.current_stream(self.device).wait_stream(self.side)
+            self._forked = False
+
 
 _ACTIVE: list[DeviceCounts | None] = [None]
 """The counts the wrapped ``select_experts`` adds into (one worker rank per process); None: not counting."""
@@ -173,6 +208,10 @@ _ACTIVE: list[DeviceCounts | None] = [None]
 
 _BIASES: list[LayerBiases | None] = [None]
 """Per-router logit biases the wrapped ``select_experts`` adds before top-k (``router_bias.py``); None: none."""
+
+
+_IN_LAYER: list[int] = [0]
+"""Depth of wrapped ``MoERunner._apply_quant_method`` calls in progress: above 0, a join follows the count."""
 
 
 def activate(counts: DeviceCounts | None) -> None:
@@ -217,11 +256,43 @@ def install_router_hook(vllm_version: str, import_module: ImportModule = importl
         if counts is not None and not compiling():
             slot = counts.slots.get(id(self))
             if slot is not None:
-                slot.add(out[1])
+                counts.count(slot, out[1], joined_later=_IN_LAYER[0] > 0)
         return out
 
     setattr(select_experts, MARK, True)
     select_experts.__wrapped__ = select  # type: ignore[attr-defined]
     select_experts.__doc__ = select.__doc__
     setattr(cls, ROUTER_METHOD, select_experts)
+    return target
+
+
+def install_runner_join(vllm_version: str, import_module: ImportModule = importlib.import_module) -> str:
+    """Wrap ``MoERunner._apply_quant_method`` so that counts forked on the side stream inside a MoE layer are
+    joined before the layer returns (overlap mode); idempotent.
+
+    Raises PatchTargetMissing (naming the vLLM version) when the class or method is gone.
+    """
+    module = _import(FLAG, RUNNER_MODULE, vllm_version, import_module)
+    cls = getattr(module, RUNNER_CLASS, None)
+    target = f"{RUNNER_MODULE}:{RUNNER_CLASS}.{RUNNER_METHOD}"
+    if cls is None or not callable(cls.__dict__.get(RUNNER_METHOD)):
+        raise PatchTargetMissing(FLAG, target, vllm_version, f"{RUNNER_CLASS} defines no {RUNNER_METHOD}")
+    apply = cls.__dict__[RUNNER_METHOD]
+    if getattr(apply, MARK, False):
+        return target
+
+    def apply_quant_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _IN_LAYER[0] += 1
+        try:
+            return apply(self, *args, **kwargs)
+        finally:
+            _IN_LAYER[0] -= 1
+            counts = _ACTIVE[0]
+            if counts is not None:
+                counts.join()
+
+    setattr(apply_quant_method, MARK, True)
+    apply_quant_method.__wrapped__ = apply  # type: ignore[attr-defined]
+    apply_quant_method.__doc__ = apply.__doc__
+    setattr(cls, RUNNER_METHOD, apply_quant_method)
     return target

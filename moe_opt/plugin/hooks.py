@@ -22,7 +22,14 @@ from typing import Any
 from moe_opt.flags import FlagStatus, OptimizationFlags
 from moe_opt.plugin.buffered import Buffer
 from moe_opt.plugin.expert_harvest import Harvester
-from moe_opt.plugin.expert_load import DeviceCounts, activate, activate_biases, find_moe_layers, install_router_hook
+from moe_opt.plugin.expert_load import (
+    DeviceCounts,
+    activate,
+    activate_biases,
+    find_moe_layers,
+    install_router_hook,
+    install_runner_join,
+)
 from moe_opt.plugin.gpu import NvmlSampler, identify
 from moe_opt.plugin.kernel_choices import install_config_sources, install_launch_counter, moe_layer_backends
 from moe_opt.plugin.metrics import EXPERT_TOKENS, EXPERT_TOKENS_UNPUBLISHED, PLUGIN_INFO, Metrics
@@ -170,6 +177,8 @@ def setup_rank(wrapper: Any) -> RankInstruments:
     install_config_sources(inst.on_config_lookup, version)
     if settings.expert_load or settings.router_bias is not None:
         install_router_hook(version)  # checked here, at start; the layers are bound once the model is loaded
+    if settings.expert_load and settings.expert_load_overlap:
+        install_runner_join(version)
     info = info_labels(
         labels,
         settings,
@@ -250,7 +259,7 @@ def start_expert_load(wrapper: Any) -> Harvester | None:
     device = _device_of(model, wrapper)
     sched = getattr(wrapper.vllm_config, "scheduler_config", None)
     max_tokens = int(getattr(sched, "max_num_batched_tokens", 0) or 0)
-    counts = DeviceCounts([layer for layer, _ in layers], device, max_tokens)
+    counts = DeviceCounts([layer for layer, _ in layers], device, max_tokens, overlap=settings.expert_load_overlap)
     counts.bind(router for _, router in layers)
     metric = STATE.metrics.get(EXPERT_TOKENS)
     lv = tuple(inst.labels.values())

@@ -30,6 +30,7 @@ METRICS_PORT_ENV = "MOEPERF_METRICS_PORT"
 EXTRA_NO_RESPECIALIZE_ENV = "MOEPERF_NO_RESPECIALIZE_KERNELS"
 GPU_POLL_ENV = "MOEPERF_GPU_POLL_S"
 EXPERT_LOAD_ENV = "MOEPERF_EXPERT_LOAD"  # "0": do not count tokens per expert (on otherwise, like kernel choices)
+EXPERT_LOAD_OVERLAP = "overlap"  # MOEPERF_EXPERT_LOAD value: count on a side stream joined at the layer's end
 COMPILE_EVENTS_DIR_ENV = "MOEPERF_COMPILE_EVENTS_DIR"  # each rank appends its Triton compiles to rank<N>.jsonl here
 # Test-only knobs: never set by moeperf itself.
 TEST_RANK_DELAY_ENV = "MOEPERF_TEST_RANK_DELAY"  # "RANK:SECONDS": sleep that long on that rank in every step
@@ -61,6 +62,7 @@ class PluginSettings:
     missing_target: str | None = None
     force_patches: bool = False
     expert_load: bool = True
+    expert_load_overlap: bool = False
     router_bias: RouterBias | None = None  # MOEPERF_ROUTER_BIAS: skew a dummy-weight model's routing (router_bias.py)
 
 
@@ -93,6 +95,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> PluginSettings | 
     # arm's flags or the separate variable (which wins).
     extra = {**flags.no_respecialize_kernels, **extra}
     port = env.get(METRICS_PORT_ENV)
+    expert_load = env.get(EXPERT_LOAD_ENV, "1")
+    if expert_load not in ("0", "1", EXPERT_LOAD_OVERLAP):
+        raise PluginConfigError(
+            f"{EXPERT_LOAD_ENV}={expert_load!r}: expected 0 (off), 1 (count inline) or {EXPERT_LOAD_OVERLAP} "
+            "(count on a side stream)"
+        )
     try:
         router_bias = parse_router_bias(env.get(ROUTER_BIAS_ENV))
     except RouterBiasError as e:
@@ -109,6 +117,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> PluginSettings | 
         rank_delay=_parse_rank_delay(env.get(TEST_RANK_DELAY_ENV)),
         missing_target=env.get(TEST_MISSING_TARGET_ENV) or None,
         force_patches=env.get(TEST_FORCE_PATCHES_ENV) == "1",
-        expert_load=env.get(EXPERT_LOAD_ENV, "1") != "0",
+        expert_load=expert_load != "0",
+        expert_load_overlap=expert_load == EXPERT_LOAD_OVERLAP,
         router_bias=router_bias,
     )

@@ -22,6 +22,8 @@ from moe_opt.plugin.expert_load import (
     ROUTER_CLASS,
     ROUTER_METHOD,
     ROUTER_MODULE,
+    RUNNER_CLASS,
+    RUNNER_METHOD,
     DeviceCounts,
     MoeLayer,
     Slot,
@@ -29,6 +31,7 @@ from moe_opt.plugin.expert_load import (
     activate_biases,
     find_moe_layers,
     install_router_hook,
+    install_runner_join,
     layer_number,
 )
 from moe_opt.plugin.metrics import EXPERT_TOKENS, EXPERT_TOKENS_UNPUBLISHED
@@ -239,7 +242,69 @@ def test_counting_is_on_unless_switched_off() -> None:
     env = {"MOEPERF_ARM_FLAGS": "{}"}
     on = load_settings(env)
     off = load_settings({**env, "MOEPERF_EXPERT_LOAD": "0"})
-    assert on is not None and on.expert_load and off is not None and not off.expert_load
+    overlap = load_settings({**env, "MOEPERF_EXPERT_LOAD": "overlap"})
+    assert on is not None and on.expert_load and not on.expert_load_overlap
+    assert off is not None and not off.expert_load
+    assert overlap is not None and overlap.expert_load and overlap.expert_load_overlap
+    with pytest.raises(PluginConfigError, match="MOEPERF_EXPERT_LOAD='side'"):
+        load_settings({**env, "MOEPERF_EXPERT_LOAD": "side"})
+
+
+def test_the_layer_join_is_installed_once_on_the_installed_vllm() -> None:
+    pytest.importorskip("vllm")
+    from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+
+    install_runner_join("installed")
+    apply = MoERunner.__dict__[RUNNER_METHOD]
+    assert getattr(apply, MARK, False)
+    install_runner_join("installed")
+    assert MoERunner.__dict__[RUNNER_METHOD] is apply
+
+
+def test_a_vllm_without_the_layer_method_stops_the_worker_naming_its_version() -> None:
+    with pytest.raises(PatchTargetMissing) as e:
+        install_runner_join("9.9.9", import_module=types.ModuleType)
+    assert "vLLM 9.9.9" in str(e.value) and f"{RUNNER_CLASS}.{RUNNER_METHOD}" in e.value.target
+
+
+def test_a_count_inside_a_moe_layer_is_joined_when_the_layer_returns_and_one_outside_runs_inline(
+    routers: list[object],
+) -> None:
+    """Overlap mode forks a count only where a join will follow before the layer (and the captured piece) ends."""
+
+    class MoERunner:  # what the join wraps: the method that routes and runs the experts of one layer
+        def __init__(self, router: object) -> None:
+            self.router = router
+
+        def _apply_quant_method(self, tokens: int) -> torch.Tensor:
+            ids = _route(self.router, tokens, seed=tokens)
+            events.append("experts")
+            return ids
+
+    fake = types.ModuleType("moe_runner")
+    fake.MoERunner = MoERunner  # type: ignore[attr-defined]
+    install_runner_join("fake", import_module=lambda name: fake)
+    counts, _ = _bound(routers[:1], ["model.layers.0.mlp.experts"])
+    events: list[str] = []
+    count, join = counts.count, counts.join
+
+    def spy_count(slot: Slot, ids: torch.Tensor, joined_later: bool) -> None:
+        events.append(f"count joined_later={joined_later}")
+        count(slot, ids, joined_later)
+
+    def spy_join() -> None:
+        events.append("join")
+        join()
+
+    counts.count, counts.join = spy_count, spy_join  # type: ignore[method-assign,assignment]
+
+    ids = MoERunner(routers[0])._apply_quant_method(5)
+    assert events == ["count joined_later=True", "experts", "join"]
+    events.clear()
+    _route(routers[0], 3, seed=1)  # routed outside a layer: nothing would join it
+    assert events == ["count joined_later=False"]
+    assert int(counts.counts[0].sum()) == (5 + 3) * K and counts.side is None  # on CPU: counted inline, no stream
+    assert bool((torch.bincount(ids.reshape(-1), minlength=E)[:E] <= counts.counts[0][:E]).all())
 
 
 def _key(rank: int, layer: int, expert: int) -> str:
