@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from moe_opt.plugin.metrics import STEPS_GATED, STEPS_GATED_SECONDS
 from result_format.run_result import ArmResult, parse_series_key
 
 
@@ -86,6 +87,17 @@ def step_skew_mean_ms(arm: ArmResult) -> float | None:
     return 1e3 * totals["sum"] / totals["count"] if totals["count"] else None
 
 
+def gated_by_rank(arm: ArmResult) -> dict[str, tuple[int, float]]:
+    """Slow steps (``moeperf_steps_gated_total``) and their summed skew, by the rank that gated them: at TP > 1 the
+    rank to look at first when the engine's steps are uneven (rank 0 observes it)."""
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for key, value in arm.window_metrics.items():
+        name, labels = parse_series_key(key)
+        if name in (STEPS_GATED, STEPS_GATED_SECONDS) and "gating_rank" in labels:
+            acc[labels["gating_rank"]][0 if name == STEPS_GATED else 1] += value
+    return {rank: (int(v[0]), v[1]) for rank, v in acc.items()}
+
+
 def compile_rows(arm: ArmResult) -> list[KernelCompiles]:
     """Every compile the window grew by, as ``triton_compiles_in_window`` counts them: the plugin's ``during``
     label says "startup" until the first served step ends, so the first requests' compiles carry it too."""
@@ -110,21 +122,24 @@ def _ms(x: float | None) -> str:
 
 
 RANK_HEADERS = ["arm", "rank", "GPU", "steps", "step mean (ms)", "sync stall mean (ms)", "sync stall total (s)",
-                "collectives (s)", "step skew mean (ms)"]  # fmt: skip
+                "collectives (s)", "step skew mean (ms)", "slow steps it gated", "skew it caused (s)"]  # fmt: skip
 COMPILE_HEADERS = ["arm", "kernel", "compiles in the measured window (all ranks)", "compile time (s)"]
 
 
 def rank_table(arms: list[ArmResult]) -> list[list[str]]:
-    """Rows for RANK_HEADERS; the skew is per engine, so it is shown on each arm's first rank only."""
+    """Rows for RANK_HEADERS; the skew is per engine, so it is shown on each arm's first rank only; the slow steps
+    are those each rank gated (others waited for it), per engine, so they add up over an arm's ranks."""
     rows = []
     for arm in arms:
         ranks = rank_rows(arm)
         tp = len(ranks) > 1  # one rank waits for nobody: no stall or skew to show
         skew = _ms(step_skew_mean_ms(arm)) if tp else "-"
+        gated = gated_by_rank(arm)
         for i, r in enumerate(ranks):
             stall = [_ms(r.sync_stall_mean_ms), f"{r.sync_stall_s:.3f}"] if tp else ["-", "-"]
+            n, s = gated.get(r.rank, (0, 0.0))
             rows.append([arm.name, r.rank, r.gpu, str(r.steps), _ms(r.step_mean_ms), *stall, f"{r.collective_s:.3f}",
-                         skew if i == 0 else ""])  # fmt: skip
+                         skew if i == 0 else "", *([str(n), f"{s:.3f}"] if tp else ["-", "-"])])  # fmt: skip
     return rows
 
 

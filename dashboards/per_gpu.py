@@ -79,6 +79,19 @@ def sync_row() -> list[object]:
             "moeperf plugin, per engine (rank 0): spread of busy time between ranks in a step.",
         ),
         ts(
+            "Slow steps by the rank that gated them",
+            "ops",
+            [
+                Query(
+                    rate("moeperf_steps_gated_total", sel(), "arm, node, gating_rank"),
+                    "{{arm}} {{node}} gated by r{{gating_rank}}",
+                )
+            ],
+            "moeperf plugin, per engine (rank 0): steps per second whose skew reached 1 ms, by the rank with the "
+            "most busy time (the one every other rank waited for). One rank above the rest is the rank to look "
+            "at; TP=1 engines count none.",
+        ),
+        ts(
             "Share of time in collectives",
             "percentunit",
             [Query(rate("moeperf_rank_collective_seconds_total", R, "arm, node, rank"), WHO)],

@@ -36,6 +36,11 @@ MOE_CONFIG_LOOKUPS = "moeperf_moe_config_lookups_total"
 MOE_BACKEND_LAYERS = "moeperf_moe_backend_layers"
 EXPERT_TOKENS = "moeperf_expert_tokens_total"
 EXPERT_TOKENS_UNPUBLISHED = "moeperf_expert_tokens_unpublished"
+STEPS_GATED = "moeperf_steps_gated_total"
+STEPS_GATED_SECONDS = "moeperf_steps_gated_seconds_total"
+GATED_MIN_SKEW_S = 0.001
+"""A step counts as gated when its skew reaches this: below it, which rank was last is scheduling noise (a decode
+step on an H200 takes some 5-50 ms, so 1 ms is a 2-20% slowdown of every rank but one)."""
 
 TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STEP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5, 5, 10)
@@ -129,6 +134,19 @@ SPECS: tuple[MetricSpec, ...] = (
         ENGINE_LABELS,
         "Per step, slowest minus fastest rank's busy time (step time outside collectives); observed by rank 0.",
         STALL_BUCKETS_S,
+    ),
+    MetricSpec(
+        STEPS_GATED,
+        "counter",
+        (*ENGINE_LABELS, "gating_rank"),
+        f"Slow steps (skew at least {GATED_MIN_SKEW_S * 1e3:g} ms) by the rank that gated them: the one with the most "
+        "busy time, which every other rank waited for; observed by rank 0.",
+    ),
+    MetricSpec(
+        STEPS_GATED_SECONDS,
+        "counter",
+        (*ENGINE_LABELS, "gating_rank"),
+        "Skew of those slow steps, summed by the rank that gated them: the waiting each rank cost the others.",
     ),
     MetricSpec(
         "moeperf_rank_collective_seconds_total",

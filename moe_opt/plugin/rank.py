@@ -13,7 +13,15 @@ from typing import Any
 
 from moe_opt.plugin.buffered import Buffer, BufferedCounter
 from moe_opt.plugin.compile_log import CompileEventLog, Phase
-from moe_opt.plugin.metrics import FUSED_MOE_LAUNCHES, MOE_BACKEND_LAYERS, MOE_CONFIG_LOOKUPS, Metrics
+from moe_opt.plugin.metrics import (
+    FUSED_MOE_LAUNCHES,
+    GATED_MIN_SKEW_S,
+    MOE_BACKEND_LAYERS,
+    MOE_CONFIG_LOOKUPS,
+    STEPS_GATED,
+    STEPS_GATED_SECONDS,
+    Metrics,
+)
 from moe_opt.plugin.settings import RankDelay
 from moe_opt.plugin.steps import PrefillTracker, StepPlan
 from moe_opt.plugin.sync import CollectiveClock, SyncRing
@@ -51,6 +59,19 @@ class RankInstruments:
             buf.histogram(
                 metrics.get("moeperf_step_skew_seconds").labels(labels["engine"], labels["arm"], labels["node"])
             )
+            if rank == 0
+            else None
+        )
+        # rank 0 names the gating rank of each slow step; one child per rank exists from the start, at 0
+        engine_lv = (labels["engine"], labels["arm"], labels["node"])
+        self._gated = (
+            [
+                (
+                    buf.counter(metrics.get(STEPS_GATED).labels(*engine_lv, str(r))),
+                    buf.counter(metrics.get(STEPS_GATED_SECONDS).labels(*engine_lv, str(r))),
+                )
+                for r in range(max(1, world_size))
+            ]
             if rank == 0
             else None
         )
@@ -106,6 +127,10 @@ class RankInstruments:
                 self._stall.observe(s.stall_s)
                 if self._skew is not None:
                     self._skew.observe(s.skew_s)
+                if self._gated is not None and s.skew_s >= GATED_MIN_SKEW_S and s.gating_rank < len(self._gated):
+                    steps, seconds = self._gated[s.gating_rank]
+                    steps.inc(1.0)
+                    seconds.inc(s.skew_s)
         self._overhead.inc(self._begin_s + time.perf_counter() - t1)
 
     def flush(self) -> None:

@@ -5,7 +5,8 @@ each rank wait for the slowest. A rank cannot tell from its own clock whether it
 collective was transfer or waiting, but the ranks together can: per step, the rank that spent the
 least time in collectives waited least, so ``stall_r = collective_r - min_k collective_k`` is how
 long rank r waited for the slowest rank, and ``skew = max_k busy_k - min_k busy_k`` (busy = step time
-outside collectives) is the imbalance itself. Ranks of one engine run on one node, so they exchange
+outside collectives) is the imbalance itself, and the rank with the most busy time is the one that gated the
+step (every other rank waited for it). Ranks of one engine run on one node, so they exchange
 their per-step numbers through a small memory-mapped file instead of an extra collective (which
 would add a synchronisation point to every step). A rank resolves a step once every rank has written
 it, usually one step later; nothing waits for it.
@@ -111,6 +112,7 @@ class StepSync:
     step: int
     stall_s: float  # this rank's
     skew_s: float
+    gating_rank: int = 0  # the rank with the most busy time: the one the others waited for (lowest on a tie)
 
 
 class SyncRing:
@@ -162,7 +164,8 @@ class SyncRing:
                 continue
             colls = [c for _, _, c in rows]
             busys = [b for _, b, _ in rows]
-            out.append(StepSync(step, max(0.0, colls[self.rank] - min(colls)), max(busys) - min(busys)))
+            slowest = busys.index(max(busys))
+            out.append(StepSync(step, max(0.0, colls[self.rank] - min(colls)), max(busys) - min(busys), slowest))
         return out
 
     def close(self, unlink: bool = False) -> None:

@@ -80,6 +80,10 @@ def test_tp2_every_metric_per_rank_and_stall_matches_injected_delay(tmp_path: Pa
         # still waits a little on 2 shared cores (seen: 10.8 ms of 50), so its bound is looser.
         assert abs(waiting - DELAY_S) <= 0.3 * DELAY_S, (waiting, delayed)
         assert delayed <= 0.4 * DELAY_S, (waiting, delayed)
+        # rank 0 names the delayed rank as the one that gated the slow steps
+        gated = {r: total(after, "moeperf_steps_gated_total", gating_rank=r)
+                 - total(before, "moeperf_steps_gated_total", gating_rank=r) for r in ("0", "1")}  # fmt: skip
+        assert gated["1"] >= 20 and gated["0"] <= 0.1 * gated["1"], gated
 
 
 def test_missing_patch_target_stops_the_engine_with_the_message(tmp_path: Path) -> None:

@@ -36,6 +36,9 @@ def tp2_window() -> dict[str, float]:
         w[f"moeperf_triton_compile_seconds_sum{{{_labels(rank, kernel=KERNEL, during='serving')}}}"] = 2.5
     w['moeperf_step_skew_seconds_count{arm="a",engine="run/a",node="n"}'] = 100
     w['moeperf_step_skew_seconds_sum{arm="a",engine="run/a",node="n"}'] = 0.4
+    w['moeperf_steps_gated_total{arm="a",engine="run/a",gating_rank="0",node="n"}'] = 2
+    w['moeperf_steps_gated_total{arm="a",engine="run/a",gating_rank="1",node="n"}'] = 0
+    w['moeperf_steps_gated_seconds_total{arm="a",engine="run/a",gating_rank="0",node="n"}'] = 0.25
     w['vllm:prompt_tokens_total{engine="0"}'] = 1000
     return w
 
@@ -54,7 +57,9 @@ def test_tp2_ranks_show_their_own_stall_and_the_engine_skew() -> None:
     assert round(r1.sync_stall_mean_ms or 0, 6) == 5.0 and round(r0.sync_stall_mean_ms or 0, 6) == 0.02
     assert step_skew_mean_ms(arm) == 4.0
     rows = rank_table([arm])
-    assert rows[0][5:] == ["0.02", "0.002", "0.102", "4.00"] and rows[1][5:] == ["5.00", "0.500", "0.600", ""]
+    # rank 1 waited 0.5 s in all: rank 0, which gated the slow steps, is the one to look at
+    assert rows[0][5:] == ["0.02", "0.002", "0.102", "4.00", "2", "0.250"]
+    assert rows[1][5:] == ["5.00", "0.500", "0.600", "", "0", "0.000"]
 
 
 def test_compiles_are_the_windows_growth_as_the_result_counts_them_and_kernels_are_named_short() -> None:

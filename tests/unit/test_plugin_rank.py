@@ -69,6 +69,34 @@ def test_two_ranks_collective_time_becomes_stall(tmp_path: Path) -> None:
     assert value(reg0, "moeperf_rank_sync_stall_seconds_sum") >= 0.039 * 2
     assert reg1.get_sample_value("moeperf_rank_sync_stall_seconds_sum", {**LABELS, "rank": "1"}) == 0.0
     assert value(reg0, "moeperf_rank_collective_seconds_total") >= 0.04 * 3
+    # rank 1 was busy while rank 0 waited in the all-reduce: rank 1 gated those steps, and rank 0 names it
+    engine = {"engine": "e", "arm": "a", "node": "n"}
+    skewed = reg0.get_sample_value("moeperf_step_skew_seconds_count", engine)
+    assert skewed is not None and skewed >= 2
+    assert reg0.get_sample_value("moeperf_steps_gated_total", {**engine, "gating_rank": "1"}) == skewed
+    assert reg0.get_sample_value("moeperf_steps_gated_total", {**engine, "gating_rank": "0"}) == 0
+    assert reg0.get_sample_value("moeperf_steps_gated_seconds_total", {**engine, "gating_rank": "1"}) >= 0.039 * 2
+    assert reg1.get_sample_value("moeperf_steps_gated_total", {**engine, "gating_rank": "1"}) is None  # rank 0 only
+
+
+def test_a_step_whose_skew_is_below_the_threshold_names_no_gating_rank(tmp_path: Path) -> None:
+    reg = CollectorRegistry()
+    path = str(tmp_path / "ring")
+    r0 = RankInstruments(dict(LABELS), 0, 2, Metrics(reg), CollectiveClock(), SyncRing(path, 2, 0))
+    r1 = RankInstruments(
+        {**LABELS, "rank": "1"}, 1, 2, Metrics(CollectorRegistry()), CollectiveClock(), SyncRing(path, 2, 1)
+    )
+    for _ in range(3):  # no collective time and no delay: the ranks' busy times differ by far less than 1 ms
+        s = sched(scheduled={"x": 1})
+        r0.begin(s)
+        r1.begin(s)
+        r0.end()
+        r1.end()
+    r0.begin(sched())
+    r0.flush()
+    engine = {"engine": "e", "arm": "a", "node": "n"}
+    assert reg.get_sample_value("moeperf_step_skew_seconds_count", engine) >= 2
+    assert sum(reg.get_sample_value("moeperf_steps_gated_total", {**engine, "gating_rank": r}) for r in "01") == 0
 
 
 def test_compile_events_are_counted_per_kernel_and_phase() -> None:
