@@ -27,6 +27,15 @@ class RankWindow:
     sync_stall_steps: int
     sync_stall_s: float
     collective_s: float
+    ttft_count: int = 0
+    ttft_s: float = 0.0
+    compiles: int = 0
+
+    @property
+    def ttft_mean_ms(self) -> float | None:
+        """This rank's own time to first token (``moeperf_rank_ttft_seconds``): at TP > 1 a rank that compiles or
+        stalls while others do not shows here first."""
+        return 1e3 * self.ttft_s / self.ttft_count if self.ttft_count else None
 
     @property
     def step_mean_ms(self) -> float | None:
@@ -53,6 +62,9 @@ _RANK_FIELDS = {
     "moeperf_rank_sync_stall_seconds_count": "sync_stall_steps",
     "moeperf_rank_sync_stall_seconds_sum": "sync_stall_s",
     "moeperf_rank_collective_seconds_total": "collective_s",
+    "moeperf_rank_ttft_seconds_count": "ttft_count",
+    "moeperf_rank_ttft_seconds_sum": "ttft_s",
+    "moeperf_triton_compiles_total": "compiles",
 }
 
 
@@ -72,6 +84,9 @@ def rank_rows(arm: ArmResult) -> list[RankWindow]:
             sync_stall_steps=int(v["sync_stall_steps"]),
             sync_stall_s=v["sync_stall_s"],
             collective_s=v["collective_s"],
+            ttft_count=int(v["ttft_count"]),
+            ttft_s=v["ttft_s"],
+            compiles=int(v["compiles"]),
         )
         for (rank, gpu), v in sorted(acc.items(), key=lambda kv: int(kv[0][0]) if kv[0][0].isdigit() else 0)
     ]
@@ -121,7 +136,8 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-RANK_HEADERS = ["arm", "rank", "GPU", "steps", "step mean (ms)", "sync stall mean (ms)", "sync stall total (s)",
+RANK_HEADERS = ["arm", "rank", "GPU", "steps", "step mean (ms)", "rank TTFT mean (ms)", "Triton compiles",
+                "sync stall mean (ms)", "sync stall total (s)",
                 "collectives (s)", "step skew mean (ms)", "slow steps it gated", "skew it caused (s)"]  # fmt: skip
 COMPILE_HEADERS = ["arm", "kernel", "compiles in the measured window (all ranks)", "compile time (s)"]
 
@@ -138,7 +154,8 @@ def rank_table(arms: list[ArmResult]) -> list[list[str]]:
         for i, r in enumerate(ranks):
             stall = [_ms(r.sync_stall_mean_ms), f"{r.sync_stall_s:.3f}"] if tp else ["-", "-"]
             n, s = gated.get(r.rank, (0, 0.0))
-            rows.append([arm.name, r.rank, r.gpu, str(r.steps), _ms(r.step_mean_ms), *stall, f"{r.collective_s:.3f}",
+            rows.append([arm.name, r.rank, r.gpu, str(r.steps), _ms(r.step_mean_ms), _ms(r.ttft_mean_ms),
+                         str(r.compiles), *stall, f"{r.collective_s:.3f}",
                          skew if i == 0 else "", *([str(n), f"{s:.3f}"] if tp else ["-", "-"])])  # fmt: skip
     return rows
 

@@ -31,6 +31,8 @@ def tp2_window() -> dict[str, float]:
         w[f"moeperf_rank_sync_stall_seconds_count{{{_labels(rank)}}}"] = 100
         w[f"moeperf_rank_sync_stall_seconds_sum{{{_labels(rank)}}}"] = stall_s
         w[f"moeperf_rank_collective_seconds_total{{{_labels(rank)}}}"] = 0.1 + stall_s
+        w[f"moeperf_rank_ttft_seconds_count{{{_labels(rank)}}}"] = 4
+        w[f"moeperf_rank_ttft_seconds_sum{{{_labels(rank)}}}"] = 0.2 + stall_s
         w[f"moeperf_triton_compiles_total{{{_labels(rank, kernel=KERNEL, during='serving')}}}"] = 3
         w[f"moeperf_triton_compiles_total{{{_labels(rank, kernel=KERNEL, during='startup')}}}"] = 1
         w[f"moeperf_triton_compile_seconds_sum{{{_labels(rank, kernel=KERNEL, during='serving')}}}"] = 2.5
@@ -58,8 +60,9 @@ def test_tp2_ranks_show_their_own_stall_and_the_engine_skew() -> None:
     assert step_skew_mean_ms(arm) == 4.0
     rows = rank_table([arm])
     # rank 1 waited 0.5 s in all: rank 0, which gated the slow steps, is the one to look at
-    assert rows[0][5:] == ["0.02", "0.002", "0.102", "4.00", "2", "0.250"]
-    assert rows[1][5:] == ["5.00", "0.500", "0.600", "", "0", "0.000"]
+    # per-rank TTFT (rank 1 waited longer) and compiles per rank (3 while serving + 1 at start-up, each)
+    assert rows[0][5:] == ["50.50", "4", "0.02", "0.002", "0.102", "4.00", "2", "0.250"]
+    assert rows[1][5:] == ["175.00", "4", "5.00", "0.500", "0.600", "", "0", "0.000"]
 
 
 def test_compiles_are_the_windows_growth_as_the_result_counts_them_and_kernels_are_named_short() -> None:
@@ -74,7 +77,8 @@ def test_tp1_has_no_stall_or_skew_and_an_arm_without_compiles_says_zero() -> Non
     w = {k: v for k, v in tp2_window().items() if 'rank="1"' not in k and "compile" not in k}
     arm = _arm(w, "marlin")
     (row,) = rank_table([arm])
-    assert row[5:7] == ["-", "-"] and row[8] == "-"
+    assert row[5:7] == ["50.50", "0"]  # its own TTFT; no compile in the window
+    assert row[7:9] == ["-", "-"] and row[10] == "-" and row[11:] == ["-", "-"]
     assert compile_table([arm]) == [["marlin", "-", "0", "0.0"]]
     assert rank_table([_arm({})]) == [] and compile_table([_arm({})]) == []
 
