@@ -14,13 +14,14 @@ from triton.runtime._async_compile import AsyncCompileMode
 
 from moe_opt.bench.layers import Layer
 from moe_opt.kernels import KernelSwitches, TileConfig, moe_align_block_size, moe_gemm
+from moe_opt.kernels.fused_moe import SlotArgs
 
 
 def precompile_gemms(
-    layer: Layer, top_k: int, switches: KernelSwitches, variants: set[tuple[int, TileConfig, bool]]
+    layer: Layer, top_k: int, switches: KernelSwitches, variants: set[tuple[int, TileConfig, bool, bool]]
 ) -> None:
-    """variants: (gemm index 1|2, tile, swap applied). Same argument kinds as the real calls, so the
-    real calls hit the in-process cache (respecialize=False: the batch size plays no part)."""
+    """variants: (gemm index 1|2, tile, swap applied, naive slots). Same argument kinds as the real calls,
+    so the real calls hit the in-process cache (respecialize=False: the batch size plays no part)."""
     if not variants:
         return
     dev = layer.x.device
@@ -33,17 +34,22 @@ def precompile_gemms(
     a2 = torch.zeros((top_k, two_i // 2), device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
     c1 = torch.empty((top_k, two_i), device=dev, dtype=torch.bfloat16)
     c2 = torch.empty((top_k, hidden), device=dev, dtype=torch.bfloat16)
-    aligned = {t.block_m: moe_align_block_size(topk_ids, t.block_m, num_experts, False) for _, t, _ in variants}
+    # block_m -> aligned slot arguments; None -> what `fused_experts` passes when the plan skips alignment
+    slot_args: dict[int | None, SlotArgs] = {None: (None, topk_ids.reshape(-1), None)}
+    for _, t, _, naive in variants:
+        if not naive and t.block_m not in slot_args:
+            slot_args[t.block_m] = moe_align_block_size(topk_ids, t.block_m, num_experts, False)
     workers = min(32, os.cpu_count() or 4)
     with AsyncCompileMode(ThreadPoolExecutor(workers), ignore_errors=True):  # bad tiles fail later, loudly
-        for gemm, tile, swap in sorted(variants, key=str):
+        for gemm, tile, swap, naive in sorted(variants, key=str):
+            slots = slot_args[None if naive else tile.block_m]
             if gemm == 1:
                 moe_gemm(
                     a1,
                     layer.w13,
                     c1,
                     None,
-                    *aligned[tile.block_m],
+                    *slots,
                     top_k,
                     top_k,
                     tile,
@@ -52,6 +58,7 @@ def precompile_gemms(
                     sc.a1_scale if fp8 and sc else None,
                     sc.w13_scale if fp8 and sc else None,
                     warmup=True,
+                    naive=naive,
                 )
             else:
                 moe_gemm(
@@ -59,7 +66,7 @@ def precompile_gemms(
                     layer.w2,
                     c2,
                     topk_w,
-                    *aligned[tile.block_m],
+                    *slots,
                     top_k,
                     1,
                     tile,
@@ -68,4 +75,5 @@ def precompile_gemms(
                     sc.a2_scale if fp8 and sc else None,
                     sc.w2_scale if fp8 and sc else None,
                     warmup=True,
+                    naive=naive,
                 )

@@ -34,7 +34,7 @@ ERROR_BATCHES = (1, 13, 64, 1000)
 
 
 def _plan_dict(plan) -> dict:
-    return {
+    gemms = {
         f"gemm{i}": {
             "tile": g.tile.to_dict(),
             "source": g.source,
@@ -43,6 +43,7 @@ def _plan_dict(plan) -> dict:
         }
         for i, g in ((1, plan.gemm1), (2, plan.gemm2))
     }
+    return {**gemms, "naive_slots": plan.naive_slots}
 
 
 def bench_shape(name: str, batches: list[int], dtypes: list[str], ceilings: dict, errors: dict) -> list[dict]:
@@ -57,7 +58,9 @@ def bench_shape(name: str, batches: list[int], dtypes: list[str], ceilings: dict
                 for t in batches
             }
             variants = {
-                (g, gp.tile, gp.swap_ab_applied) for p in plans.values() for g, gp in ((1, p.gemm1), (2, p.gemm2))
+                (g, gp.tile, gp.swap_ab_applied, p.naive_slots)
+                for p in plans.values()
+                for g, gp in ((1, p.gemm1), (2, p.gemm2))
             }
             t0 = time.perf_counter()
             precompile_gemms(layers[0], shape.top_k, sw, variants)

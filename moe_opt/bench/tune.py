@@ -107,7 +107,7 @@ def _gemm_fns(layers: list[Layer], gemm: int, tile: TileConfig, topk_w, topk_ids
 def tune_shape(shape: MoeShape, dtype: str, buckets: list[int], routing: str, table: TileTable, log: list) -> None:
     layers = make_layers(shape, dtype, max(buckets))
     sw = KernelSwitches(swap_ab=False, respecialize=False, dtype=dtype)  # type: ignore[arg-type]
-    variants = {(g, t, False) for b in buckets for t in candidates(b, shape, dtype) for g in (1, 2)}
+    variants = {(g, t, False, False) for b in buckets for t in candidates(b, shape, dtype) for g in (1, 2)}
     t0 = time.perf_counter()
     precompile_gemms(layers[0], shape.top_k, sw, variants)
     print(f"[tune] {shape.name} {dtype}: precompiled {len(variants)} variants in {time.perf_counter() - t0:.1f}s")

@@ -18,6 +18,7 @@ from moe_opt.kernels.fused_moe import (
     fused_experts_torch,
     fused_moe,
     fused_moe_torch,
+    naive_block_assignment,
     plan_fused_moe,
 )
 from moe_opt.kernels.moe_gemm import moe_gemm, moe_gemm_torch
@@ -52,6 +53,7 @@ __all__ = [
     "moe_align_block_size_torch",
     "moe_gemm",
     "moe_gemm_torch",
+    "naive_block_assignment",
     "plan_fused_moe",
     "silu_and_mul",
     "silu_and_mul_torch",

@@ -3,6 +3,8 @@
 `fused_moe` runs the Triton kernels; `fused_moe_torch` is its plain-torch twin with the same signature.
 The Triton path never reads a device value back to the host, so a whole forward can be captured in a
 CUDA graph, and the GEMM grids are sized by a bound that depends only on (num_tokens, top_k, E).
+At very sparse batches (`naive_block_assignment`) the alignment is skipped, as vLLM's Triton fused MoE
+does: each (token, k) slot gets an M block of its own in both GEMMs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from moe_opt.kernels.tile_configs import TileChoice, TileTable, default_table
 
 DEFAULT_SWITCHES = KernelSwitches()
 
+# vLLM's margin for its "naive block assignment": a batch whose num_tokens * top_k slots, times this
+# factor, fit in the expert count skips `moe_align_block_size` (most experts get at most one slot, so
+# aligning buys no reuse and costs a launch). vLLM writes it as the literal 4 beside a comment naming
+# SPARSITY_FACTOR, in `_prepare_expert_assignment` of vllm/model_executor/layers/fused_moe/fused_moe.py
+# (0.26 and 0.32 alike). Its LoRA MoE path (vllm/lora/punica_wrapper/punica_gpu.py) uses its own
+# SPARSITY_FACTOR = 8, which is not the one that applies here.
+SPARSITY_FACTOR = 4
+
 
 @dataclass(frozen=True)
 class GemmPlan:
@@ -38,6 +48,15 @@ class GemmPlan:
 class MoePlan:
     gemm1: GemmPlan
     gemm2: GemmPlan
+    naive_slots: bool  # no alignment: one M block per (token, k) slot in both GEMMs (naive_block_assignment)
+
+
+def naive_block_assignment(num_tokens: int, top_k: int, num_experts: int) -> bool:
+    """vLLM's rule for skipping the alignment: num_tokens * top_k * SPARSITY_FACTOR <= num_experts.
+
+    vLLM also requires no expert map (expert parallelism) and no block-quantised int8/int4 w8a16/w4a16
+    weights; moe_opt has neither, so only the sparsity test remains."""
+    return num_tokens * top_k * SPARSITY_FACTOR <= num_experts
 
 
 def _gemm_plan(choice: TileChoice, switches: KernelSwitches) -> GemmPlan:
@@ -59,7 +78,8 @@ def plan_fused_moe(
     tile_table: TileTable | None = None,
     tiles: tuple[TileConfig, TileConfig] | None = None,
 ) -> MoePlan:
-    """Decide tiles and where Swap-AB applies, without touching a GPU (also what the bench records)."""
+    """Decide tiles, where Swap-AB applies and whether the alignment is skipped (`naive_slots`), without
+    touching a GPU (also what the bench records)."""
     if tiles is not None:
         choices = [TileChoice(t, "explicit", num_tokens) for t in tiles]
     else:
@@ -68,7 +88,31 @@ def plan_fused_moe(
             table.lookup(num_tokens, num_experts, 2 * intermediate_size, hidden_size, top_k, switches.dtype),
             table.lookup(num_tokens, num_experts, hidden_size, intermediate_size, top_k, switches.dtype),
         ]
-    return MoePlan(_gemm_plan(choices[0], switches), _gemm_plan(choices[1], switches))
+    return MoePlan(
+        _gemm_plan(choices[0], switches),
+        _gemm_plan(choices[1], switches),
+        naive_block_assignment(num_tokens, top_k, num_experts),
+    )
+
+
+# (sorted_token_ids, expert_ids, num_tokens_post_padded) as `moe_gemm` takes them
+SlotArgs = tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]
+
+
+def _slot_args(
+    plan: MoePlan, topk_ids: torch.Tensor, num_experts: int, respecialize: bool
+) -> tuple[SlotArgs, SlotArgs]:
+    """The slot arguments of GEMM1 and GEMM2: one alignment per distinct block_m, or none at all."""
+    if plan.naive_slots:
+        # No alignment launch: both GEMMs give each (token, k) slot an M block of its own and read its
+        # expert from the flattened ids.
+        naive: SlotArgs = (None, topk_ids.reshape(-1), None)
+        return naive, naive
+    aligned: dict[int, SlotArgs] = {}
+    for gp in (plan.gemm1, plan.gemm2):
+        if gp.tile.block_m not in aligned:
+            aligned[gp.tile.block_m] = moe_align_block_size(topk_ids, gp.tile.block_m, num_experts, respecialize)
+    return aligned[plan.gemm1.tile.block_m], aligned[plan.gemm2.tile.block_m]
 
 
 def _check_inputs(
@@ -143,30 +187,26 @@ def _fused_experts(
     else:
         a1 = hidden_states
 
-    aligned: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-    for gp in (plan.gemm1, plan.gemm2):
-        if gp.tile.block_m not in aligned:
-            aligned[gp.tile.block_m] = moe_align_block_size(
-                topk_ids, gp.tile.block_m, num_experts, switches.respecialize
-            )
-
+    slots1, slots2 = _slot_args(plan, topk_ids, num_experts, switches.respecialize)
     num_slots = num_tokens * top_k
     cache1 = torch.empty((num_slots, two_i), dtype=torch.bfloat16, device=hidden_states.device)
     moe_gemm(
-        a1, w13, cache1, None, *aligned[plan.gemm1.tile.block_m], top_k, top_k, plan.gemm1.tile,
+        a1, w13, cache1, None, *slots1, top_k, top_k, plan.gemm1.tile,
         plan.gemm1.swap_ab_applied, switches.respecialize,
         scales.a1_scale if fp8 and scales is not None else None,
         scales.w13_scale if fp8 and scales is not None else None,
+        naive=plan.naive_slots,
     )  # fmt: skip
     # SiLU-and-mul stays a separate launch: folding it into GEMM2's A load was measured slower on the
     # H200 (each N block re-reads bf16 [gate | up], 4x the bytes of the fp8 activation, from L2).
     cache2 = silu_and_mul(cache1, scales.a2_scale if fp8 and scales is not None else None)
     cache3 = torch.empty((num_slots, hidden), dtype=torch.bfloat16, device=hidden_states.device)
     moe_gemm(
-        cache2, w2, cache3, topk_weights, *aligned[plan.gemm2.tile.block_m], top_k, 1, plan.gemm2.tile,
+        cache2, w2, cache3, topk_weights, *slots2, top_k, 1, plan.gemm2.tile,
         plan.gemm2.swap_ab_applied, switches.respecialize,
         scales.a2_scale if fp8 and scales is not None else None,
         scales.w2_scale if fp8 and scales is not None else None,
+        naive=plan.naive_slots,
     )  # fmt: skip
     torch.sum(cache3.view(num_tokens, top_k, hidden), dim=1, out=out)
     return out
@@ -233,8 +273,9 @@ def fused_moe(
 ) -> torch.Tensor:
     """Whole MoE layer forward (Triton): hidden_states [T, H] bf16 -> [T, H] bf16.
 
-    Launches: routing (with the FP8 input quantisation folded in), alignment, GEMM1, SiLU-and-mul,
-    GEMM2 and the top-k sum; a decode step is short enough for each launch to count.
+    Launches: routing (with the FP8 input quantisation folded in), alignment (none at very sparse batches,
+    see `naive_block_assignment`), GEMM1, SiLU-and-mul, GEMM2 and the top-k sum; a decode step is short
+    enough for each launch to count.
     """
     if switches.dtype == "fp8" and scales is not None:
         _check_inputs(hidden_states, w13, w2, switches, scales)

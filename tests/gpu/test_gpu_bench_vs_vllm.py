@@ -58,6 +58,7 @@ def test_both_kernels_timed_side_by_side_agree_and_are_recorded(tmp_path: Path) 
         plan = plan_fused_moe(c["batch"], s.num_experts, s.hidden_size, s.intermediate_size, s.top_k, sw)
         assert c["moe_opt"]["gemm1"]["tile"] == plan.gemm1.tile.to_dict()
         assert c["moe_opt"]["gemm2"]["swap_ab_applied"] is False  # Swap-AB off by default
+        assert c["moe_opt"]["naive_slots"] is plan.naive_slots is (c["batch"] == 1)  # 1 * 8 * 4 <= 128 experts
         assert c["moe_opt"]["switches"] == f"{c['dtype']}-swapoff-respecoff"
         # vLLM's config: its own lookup without a tuned folder, and its own Swap-AB rule
         vllm = c["vllm"]

@@ -18,6 +18,7 @@ from moe_opt.kernels import (
     fused_moe_torch,
     moe_align_block_size,
     moe_align_block_size_torch,
+    plan_fused_moe,
     topk_softmax,
     topk_softmax_torch,
 )
@@ -99,3 +100,24 @@ def test_compile_counter_sees_respecialisation(respecialize, tmp_path, monkeypat
         assert gemm >= 3  # ==1 / %16 / other classes of (EM, num_valid_tokens)
     else:
         assert gemm == 2  # one per GEMM shape (w13 and w2), whatever the batch
+
+
+@pytest.mark.parametrize("respecialize", [False, True])
+def test_compile_counter_sees_one_naive_variant(respecialize, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    # Shapes no other test uses; every batch here skips the alignment (n * top_k 1 * 4 <= 64 experts).
+    hidden, inter = 160 + 16 * int(respecialize), 48
+    tile = TileConfig(16, 64, 32, 1, 4, 2)
+    sw = KernelSwitches(respecialize=respecialize)
+    with CompileCounter() as cc:
+        for n in (1, 2, 3, 7, 16):
+            x, w13, w2, logits, _ = make_moe(n, 64, hidden, inter, "bf16")
+            assert plan_fused_moe(n, 64, hidden, inter, 1, sw, tiles=(tile, tile)).naive_slots
+            fused_moe(x, w13, w2, logits, 1, switches=sw, tiles=(tile, tile))
+    per_kernel = cc.per_kernel()
+    gemm = sum(v for k, v in per_kernel.items() if "moe_gemm" in k)
+    assert not any("align" in k for k in per_kernel)  # the alignment kernel never even compiled
+    if respecialize:
+        assert gemm >= 3  # ==1 / %16 / other classes of num_valid_tokens
+    else:
+        assert gemm == 2  # one naive variant per GEMM shape, whatever the batch
