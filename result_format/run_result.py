@@ -211,7 +211,8 @@ class ArmResult(_Model):
     window_metrics: dict[str, float] = Field(
         default_factory=dict,
         description="Growth of the engine's counters/histogram sums during the measured replay (all rounds), keyed "
-        'by series_key (name{label="value",...}).',
+        'by series_key (name{label="value",...}); moeperf_expert_tokens_total is kept as expert_load instead '
+        "(results written before that hold its series here too).",
     )
     triton_compiles_in_window: int | None = Field(
         None, description="Triton JIT compilations while requests were being measured; null if not exported."
@@ -219,7 +220,7 @@ class ArmResult(_Model):
     expert_load: list[ExpertLoad] = Field(
         default_factory=list,
         description="Routing seen in the measured replay (all rounds): per MoE layer, in layer order, the tokens sent "
-        "to each expert, from the growth of moeperf_expert_tokens_total in window_metrics (serving traffic only: "
+        "to each expert, from the growth of moeperf_expert_tokens_total in the window (serving traffic only: "
         "not engine start, warm-up or CUDA-graph capture). Empty when the engine did not export it (no plugin, a "
         "monolithic MoE kernel, results written before it).",
     )

@@ -251,6 +251,13 @@ def config_sources_in_window(window_metrics: Mapping[str, float]) -> list[MoeCon
     return _config_sources(_series(window_metrics, MOE_CONFIG_LOOKUPS))
 
 
+def without_expert_series(window_metrics: Mapping[str, float]) -> dict[str, float]:
+    """The window less ``moeperf_expert_tokens_total``, which the result keeps as ``expert_load`` instead: one series
+    per expert, layer and rank would otherwise be most of a result (DeepSeek-V3 at TP=8: 58 x 256 x 8, some
+    119,000 keys per arm), and the ranks repeat one another's counts."""
+    return {k: v for k, v in window_metrics.items() if parse_series_key(k)[0] != EXPERT_TOKENS}
+
+
 def expert_load_in_window(window_metrics: Mapping[str, float], known_series: Iterable[str] = ()) -> list[ExpertLoad]:
     """Tokens per expert per MoE layer from the window's growth of ``moeperf_expert_tokens_total``.
 

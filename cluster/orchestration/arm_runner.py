@@ -31,7 +31,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from cluster.engine.actor import Device, EngineActor
 from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, unpublished_ranks, window_delta
-from cluster.engine.observed import expert_load_in_window, flag_mismatch, flags_applied, observe_engine
+from cluster.engine.observed import (
+    expert_load_in_window,
+    flag_mismatch,
+    flags_applied,
+    observe_engine,
+    without_expert_series,
+)
 from cluster.engine.server import EngineStartError
 from cluster.orchestration.arm_records import ArmRecords, RecordsOutcome
 from cluster.orchestration.client_actor import ClientActor
@@ -613,7 +619,7 @@ class ArmRunner:
             rounds=self.rounds_done,
             shards=shards,
             client_health=list(self.client_health),
-            window_metrics=dict(sorted(self.window_metrics.items())),
+            window_metrics=dict(sorted(without_expert_series(self.window_metrics).items())),
             triton_compiles_in_window=self._compiles(),
             expert_load=expert_load_in_window(self.window_metrics, self._all_series),
             compile_events=list(self.compile_events),

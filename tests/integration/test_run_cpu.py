@@ -71,6 +71,7 @@ def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_
         hits = sum(v for k, v in arm["window_metrics"].items() if k.startswith("vllm:prefix_cache_hits_total{"))
         computed = sum(rec["prompt_tokens"] + rec["output_tokens"] - 1 for rec in arm["records"]) - hits
         assert routed == {computed * tiny["num_experts_per_tok"]}, (loads, computed)
+        assert not [k for k in arm["window_metrics"] if k.startswith("moeperf_expert_tokens_total{")]  # expert_load
     flagged = res["arms"][1]
     assert flagged["flags"] == {
         "swap_ab": True,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cluster.engine.counters import UNPUBLISHED, unpublished_ranks
-from cluster.engine.observed import expert_load_in_window
+from cluster.engine.observed import expert_load_in_window, without_expert_series
 from cluster.orchestration.combine import _sum_expert_load
 from moe_opt.plugin.expert_harvest import Harvester
 from moe_opt.plugin.expert_load import (
@@ -327,6 +327,15 @@ def test_expert_load_is_the_windows_growth_of_the_lowest_rank_with_every_expert(
     assert expert_load_in_window({}, []) == []
     # A pipeline stage: layer 7 lives on rank 1 only.
     assert expert_load_in_window({_key(1, 7, 1): 2.0}, [_key(1, 7, 2)]) == [ExpertLoad(layer=7, tokens=[0, 2, 0])]
+
+
+def test_the_result_keeps_the_expert_series_as_expert_load_not_in_window_metrics() -> None:
+    window = {_key(0, 1, 0): 5.0, 'moeperf_expert_tokens_unpublished{rank="0"}': 0.0, 'vllm:x_total{a="b"}': 2.0}
+    assert without_expert_series(window) == {
+        'moeperf_expert_tokens_unpublished{rank="0"}': 0.0,
+        'vllm:x_total{a="b"}': 2.0,
+    }
+    assert expert_load_in_window(window) == [ExpertLoad(layer=1, tokens=[5])]
 
 
 def test_combined_runs_add_their_expert_load_per_layer() -> None:
