@@ -222,13 +222,23 @@ def activate_biases(biases: LayerBiases | None) -> None:
     _BIASES[0] = biases
 
 
-def _router_class(vllm_version: str, import_module: ImportModule) -> Any:
-    module = _import(FLAG, ROUTER_MODULE, vllm_version, import_module)
-    cls = getattr(module, ROUTER_CLASS, None)
-    target = f"{ROUTER_MODULE}:{ROUTER_CLASS}.{ROUTER_METHOD}"
-    if cls is None or not callable(cls.__dict__.get(ROUTER_METHOD)):
-        raise PatchTargetMissing(FLAG, target, vllm_version, f"{ROUTER_CLASS} defines no {ROUTER_METHOD}")
+def _owner(module_name: str, class_name: str, method: str, vllm_version: str, import_module: ImportModule) -> Any:
+    """The vLLM class that defines ``method`` itself; PatchTargetMissing (naming the version) when it is gone."""
+    module = _import(FLAG, module_name, vllm_version, import_module)
+    cls = getattr(module, class_name, None)
+    if cls is None or not callable(cls.__dict__.get(method)):
+        target = f"{module_name}:{class_name}.{method}"
+        raise PatchTargetMissing(FLAG, target, vllm_version, f"{class_name} defines no {method}")
     return cls
+
+
+def _replace(cls: Any, method: str, wrapper: Any) -> None:
+    """Put ``wrapper`` in place of ``cls.method``, marked (so a second install is a no-op) and looking like it."""
+    original = cls.__dict__[method]
+    setattr(wrapper, MARK, True)
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    setattr(cls, method, wrapper)
 
 
 def install_router_hook(vllm_version: str, import_module: ImportModule = importlib.import_module) -> str:
@@ -237,7 +247,7 @@ def install_router_hook(vllm_version: str, import_module: ImportModule = importl
 
     Raises PatchTargetMissing (naming the vLLM version) when the class or method is gone.
     """
-    cls = _router_class(vllm_version, import_module)
+    cls = _owner(ROUTER_MODULE, ROUTER_CLASS, ROUTER_METHOD, vllm_version, import_module)
     target = f"{ROUTER_MODULE}:{ROUTER_CLASS}.{ROUTER_METHOD}"
     select = cls.__dict__[ROUTER_METHOD]
     if getattr(select, MARK, False):
@@ -259,10 +269,7 @@ def install_router_hook(vllm_version: str, import_module: ImportModule = importl
                 counts.count(slot, out[1], joined_later=_IN_LAYER[0] > 0)
         return out
 
-    setattr(select_experts, MARK, True)
-    select_experts.__wrapped__ = select  # type: ignore[attr-defined]
-    select_experts.__doc__ = select.__doc__
-    setattr(cls, ROUTER_METHOD, select_experts)
+    _replace(cls, ROUTER_METHOD, select_experts)
     return target
 
 
@@ -272,11 +279,8 @@ def install_runner_join(vllm_version: str, import_module: ImportModule = importl
 
     Raises PatchTargetMissing (naming the vLLM version) when the class or method is gone.
     """
-    module = _import(FLAG, RUNNER_MODULE, vllm_version, import_module)
-    cls = getattr(module, RUNNER_CLASS, None)
+    cls = _owner(RUNNER_MODULE, RUNNER_CLASS, RUNNER_METHOD, vllm_version, import_module)
     target = f"{RUNNER_MODULE}:{RUNNER_CLASS}.{RUNNER_METHOD}"
-    if cls is None or not callable(cls.__dict__.get(RUNNER_METHOD)):
-        raise PatchTargetMissing(FLAG, target, vllm_version, f"{RUNNER_CLASS} defines no {RUNNER_METHOD}")
     apply = cls.__dict__[RUNNER_METHOD]
     if getattr(apply, MARK, False):
         return target
@@ -291,8 +295,5 @@ def install_runner_join(vllm_version: str, import_module: ImportModule = importl
             if counts is not None:
                 counts.join()
 
-    setattr(apply_quant_method, MARK, True)
-    apply_quant_method.__wrapped__ = apply  # type: ignore[attr-defined]
-    apply_quant_method.__doc__ = apply.__doc__
-    setattr(cls, RUNNER_METHOD, apply_quant_method)
+    _replace(cls, RUNNER_METHOD, apply_quant_method)
     return target
