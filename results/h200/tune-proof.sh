@@ -8,7 +8,8 @@
 #   e2e       that experiment: vLLM's configs, the tuned folder, an A/A control, the load sweep;
 #   kernels   kernel level for the other per-rank TP=8 shapes vLLM ships no H200 config for (Qwen3-235B-A22B FP8,
 #             DeepSeek-V3 bf16), uniform routing as vLLM's own tuner times them;
-#   vs-vllm   moe_opt's kernels beside vLLM's, 56 cells (moe_opt/bench/vs_vllm.py).
+#   vs-vllm   moe_opt's kernels beside vLLM's, 56 cells (moe_opt/bench/vs_vllm.py);
+#   gpu-tests the counter's GPU tests (inline and overlapped, graph replays) before an engine relies on them.
 #   bash results/h200/launch.sh --runner results/h200/tune-proof.sh e2e vs-vllm
 # Results in $C (tuned folders packed as tuned.tgz: the device's transfer refuses vLLM's file names, which hold
 # '=' and ','). Then `bash results/h200/collect.sh 540` in back-to-back calls until done.
@@ -43,6 +44,10 @@ for what in "$@"; do
     step "start vs-vllm"
     python3 -m moe_opt.bench.vs_vllm --out "$C/vs_vllm.json" >"$C/vs_vllm.log" 2>&1
     step "end vs-vllm rc=$?" ;;
+  gpu-tests)
+    step "start gpu-tests"
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_expert_load.py >"$C/gpu-tests.log" 2>&1
+    step "end gpu-tests rc=$?" ;;
   *) step "unknown step $what" ;;
   esac
 done
