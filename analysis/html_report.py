@@ -12,7 +12,7 @@ from html import escape
 
 import numpy as np
 
-from analysis import compile_attribution, engine_window, fmt
+from analysis import compile_attribution, engine_window, fmt, routing
 from analysis.markdown import (
     CAPACITY_HEADERS,
     LEVEL_VERDICT_HEADERS,
@@ -51,7 +51,7 @@ svg.plot{border:1px solid #eee;background:#fff}svg .title{font-size:13px;font-we
 svg .tick{font-size:10px;fill:#444}svg .axis{font-size:11px;fill:#222}svg .legend{font-size:11px}
 .banner{padding:8px 12px;border-radius:4px;margin:8px 0;font-weight:600}
 .b-ok{background:#d4f4dc}.b-regression,.b-run_failed{background:#fbd5d5}.b-insufficient_history{background:#fff3c4}
-pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto;max-height:360px}.muted{color:#666}
+pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto;max-height:360px}.muted{color:#666}.warn{color:#b00020;font-weight:600}
 """
 
 
@@ -261,6 +261,19 @@ def _engine_window(result: RunResult) -> str:
     )
 
 
+def _routing(result: RunResult) -> str:
+    """Only when some arm counted its routing (the same content as the Markdown's section)."""
+    arms = routing.run_routing(result.arms)
+    if not arms:
+        return ""
+    warnings = "".join(f'<p class="warn">{escape(w)}</p>' for w in (a.warning() for a in arms) if w)
+    return (
+        f"<h2>{escape(routing.SECTION_TITLE)}</h2><p>{escape(routing.SECTION_INTRO)}</p>"
+        + _table(routing.HEADERS, [a.row() for a in arms], cls="routing")
+        + warnings
+    )
+
+
 def _compile_attribution(result: RunResult) -> str:
     """Only when some arm logged a compile while serving (the same content as the Markdown's section)."""
     attributions = compile_attribution.attribute_run(result.arms)
@@ -389,6 +402,7 @@ family-wise alpha {analysis.settings.alpha}, minimum effect
 <h2>Rates per arm</h2>{_rates(analysis)}
 <h2>Latency and throughput</h2>{_charts(result)}
 <h2>Per-rank step stalls and Triton compile events</h2>{_engine_window(result)}
+{_routing(result)}
 {_compile_attribution(result)}
 <h2>Arms and their flags</h2>{_arms(result)}
 {f"<h2>Run notes</h2><ul>{notes}</ul>" if notes else ""}

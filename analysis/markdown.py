@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis import compile_attribution, engine_window, fmt
+from analysis import compile_attribution, engine_window, fmt, routing
 from analysis.nightly import NightlyVerdict
 from analysis.sweep import (
     TABLE_LATENCIES,
@@ -191,6 +191,23 @@ def _engine_window(result: RunResult) -> list[str]:
         "",
         *_md_table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms)),
         "",
+    ]
+
+
+def _routing(result: RunResult) -> list[str]:
+    """Only when some arm counted its routing (the plugin's counter on)."""
+    arms = routing.run_routing(result.arms)
+    if not arms:
+        return []
+    warnings = [f"- **{w}**" for w in (a.warning() for a in arms) if w]
+    return [
+        f"## {routing.SECTION_TITLE}",
+        "",
+        routing.SECTION_INTRO,
+        "",
+        *_md_table(routing.HEADERS, [a.row() for a in arms]),
+        "",
+        *([*warnings, ""] if warnings else []),
     ]
 
 
@@ -406,6 +423,7 @@ def render_markdown(
         )
     lines.append("")
     lines += _engine_window(result)
+    lines += _routing(result)
     lines += _compile_attribution(result)
     if analysis.arm_rates:
         lines += ["## Rates", "", rates_sentence(analysis), "", *_md_table(RATE_HEADERS, rate_rows(analysis)), ""]

@@ -1,16 +1,25 @@
-"""A fixed per-expert logit bias before top-k, so a dummy-weight model routes in a skewed, reproducible way.
+"""A per-expert popularity for the router, so a dummy-weight model routes in a skewed, reproducible way.
 
 Why: a model generated with dummy weights routes almost uniformly, while real traffic on a real model does not;
 kernel effects that depend on how tokens spread over experts (tile choice, padding per expert, idle experts) are
-then never exercised. ``MOEPERF_ROUTER_BIAS="zipf:S"`` adds ``log(p_e)`` with Zipf popularity ``p_e ~ 1/rank_e^S``
-to every MoE layer's router logits (expert 0 the most popular), ``zipf:S:SEED`` ranks the experts of each layer by
-a permutation drawn from ``SEED + layer`` instead. Only a moeperf-started engine with the variable set is changed;
-it is a test-bench knob and changes the model's outputs.
+then never exercised. ``MOEPERF_ROUTER_BIAS="zipf:S"`` gives expert ``e`` of every MoE layer the Zipf popularity
+``p_e ~ 1/rank_e^S`` (expert 0 the most popular); ``zipf:S:SEED`` ranks the experts of each layer by a permutation
+drawn from ``SEED + layer`` instead. Only a moeperf-started engine with the variable set is changed; it is a
+test-bench knob and changes the model's outputs.
+
+Each token *samples* its experts: ``log(p_e)`` plus fresh Gumbel noise is added to the router logits before
+vLLM's top-k, and the top k of ``log(p_e) + Gumbel`` are k draws without replacement with probability ``p_e``
+(the Gumbel-top-k trick), which is how ``moe_opt/bench/routing_dist.sample_routing`` draws the routing that
+``moeperf tune`` times. A dummy router's own logits are close to zero next to that noise. A constant bias
+alone (this module before 2026-12-02) does not skew a dummy model, it collapses it: every token took the same
+k most popular experts (measured on the H200: 8 of 256 experts got all tokens in every layer).
+
+The noise comes from the default generator (``torch.rand``), which CUDA-graph capture registers, so every
+replay draws anew; on CPU it is traced with the rest of the layer.
 
 Applied in the same wrapped ``FusedMoERouter.select_experts`` that counts (``expert_load.py``), to the
-``router_logits`` argument, before vLLM's top-k: one elementwise add per layer and step. Unlike the count it is
-also applied while Dynamo traces (a pure add of a constant tensor), so a compiled CPU graph routes the same way.
-Layers whose kernel routes inside itself (monolithic) are not biased.
+``router_logits`` argument, before vLLM's top-k: a few elementwise ops per layer and step, in float32 and cast
+back to the logits' dtype. Layers whose kernel routes inside itself (monolithic) are not biased.
 """
 
 from __future__ import annotations
@@ -65,20 +74,28 @@ def parse_router_bias(raw: str | None) -> RouterBias | None:
 
 
 class LayerBiases:
-    """Each bound router's bias on the device, in the dtype of its logits (cast once per dtype, at warm-up)."""
+    """Each bound router's popularity on the device (float32 log-popularity), and the sampling that uses it."""
 
     def __init__(self) -> None:
-        self._by_router: dict[int, dict[Any, torch.Tensor]] = {}
+        self._by_router: dict[int, torch.Tensor] = {}
 
     def bind(self, router: Any, bias: torch.Tensor, device: Any) -> None:
-        self._by_router[id(router)] = {bias.dtype: bias.to(device)}
+        import torch
+
+        self._by_router[id(router)] = bias.to(device=device, dtype=torch.float32)
 
     def apply(self, router: Any, logits: torch.Tensor) -> torch.Tensor:
-        per_dtype = self._by_router.get(id(router))
-        if per_dtype is None:
-            return logits
-        bias = per_dtype.get(logits.dtype)
+        bias = self._by_router.get(id(router))
         if bias is None:
-            base = next(iter(per_dtype.values()))
-            bias = per_dtype[logits.dtype] = base.to(device=logits.device, dtype=logits.dtype)
-        return logits + bias
+            return logits
+        if bias.device != logits.device:
+            bias = self._by_router[id(router)] = bias.to(logits.device)
+        return (logits.float() + bias + gumbel_like(logits)).to(logits.dtype)
+
+
+def gumbel_like(logits: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel noise of the logits' shape, float32: ``-log(-log(U))``, U kept inside (0, 1)."""
+    import torch
+
+    u = torch.rand(logits.shape, device=logits.device, dtype=torch.float32).clamp_(1e-20, 1.0 - 1e-7)
+    return -torch.log(-torch.log(u))

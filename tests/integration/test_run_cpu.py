@@ -29,7 +29,7 @@ def _files_holding(secret: str, roots: list[Path], since: float) -> list[str]:
 def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_path):
     """Also the API key test: the engines require a key (here the user's, through engine.api_key_env) and every
     request, warm-up and probe carries it; then every file the run wrote is searched for it."""
-    exp = small_experiment(tmp_path)
+    exp = small_experiment(tmp_path, engine={"env": {"MOEPERF_ROUTER_BIAS": "zipf:1.0"}})
     key = "moeperf-it-" + secrets.token_urlsafe(24)
     started = time.time() - 1.0
     r = moeperf_run(str(exp), "--set", "engine.api_key_env=MOEPERF_IT_KEY", extra_env={"MOEPERF_IT_KEY": key})
@@ -71,6 +71,12 @@ def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_
         hits = sum(v for k, v in arm["window_metrics"].items() if k.startswith("vllm:prefix_cache_hits_total{"))
         computed = sum(rec["prompt_tokens"] + rec["output_tokens"] - 1 for rec in arm["records"]) - hits
         assert routed == {computed * tiny["num_experts_per_tok"]}, (loads, computed)
+        # Routed as engine.env's MOEPERF_ROUTER_BIAS=zipf:1.0 asks, inside the served (compiled) model: sampled,
+        # so more experts than top-k see tokens (a constant bias sent every token to the same k), and skewed,
+        # expert 0 the most popular in every layer.
+        for row in loads:
+            assert sum(t > 0 for t in row["tokens"]) > tiny["num_experts_per_tok"], row
+            assert row["tokens"][0] == max(row["tokens"]) > 2 * sorted(row["tokens"])[len(row["tokens"]) // 2], row
         assert not [k for k in arm["window_metrics"] if k.startswith("moeperf_expert_tokens_total{")]  # expert_load
     flagged = res["arms"][1]
     assert flagged["flags"] == {

@@ -402,6 +402,32 @@ def test_a_strong_bias_routes_every_token_to_the_most_popular_experts(routers: l
     assert len({e for e in range(E) if counts.counts[0, e] > before[0, e]}) > K
 
 
+def test_a_zipf_bias_samples_each_tokens_experts_as_the_tuner_does(routers: list[object]) -> None:
+    """Through vLLM's own router: a dummy router's near-zero logits plus the bias route like the tuner's Zipf
+    routing (k draws without replacement, probability p_e), not every token to the k most popular experts."""
+    from moe_opt.bench.routing_dist import sample_routing
+
+    counts, layers = _bound(routers[:1], ["model.layers.0.mlp.experts"], max_tokens=4096)
+    biases = LayerBiases()
+    biases.bind(routers[0], RouterBias("zipf", 1.0).logits(E, layer=0), "cpu")
+    activate_biases(biases)
+    torch.manual_seed(5)
+    try:
+        for _ in range(5):
+            routers[0].select_experts(torch.randn(4096, 16), 1e-3 * torch.randn(4096, E))  # type: ignore[attr-defined]
+    finally:
+        activate_biases(None)
+    row = counts.counts[0, :E]  # (the last column is the padding rows')
+    seen = row.double() / row.sum()
+    _, ids = sample_routing("zipf:1.0", 5 * 4096, E, K, seed=6, device="cpu")
+    tuner = torch.bincount(ids.flatten().long(), minlength=E).double() / ids.numel()
+    assert int((row > 0).sum()) == E  # every expert is drawn, not only the k most popular
+    assert torch.all(seen[:-1] >= seen[1:])  # still ranked by popularity: expert 0 the hottest
+    assert torch.allclose(seen, tuner, atol=0.01), (seen, tuner)  # shares within 1 point of the tuner's
+    bf16 = biases.apply(routers[0], torch.zeros(3, E, dtype=torch.bfloat16))
+    assert bf16.dtype == torch.bfloat16 and biases.apply(object(), bf16) is bf16  # unbound router: untouched
+
+
 def test_ids_of_another_integer_type_are_counted_too() -> None:
     layer = MoeLayer(0, "model.layers.0.mlp.experts", E, K, guarded=False)
     counts = DeviceCounts([layer], "cpu", 8)
