@@ -2,8 +2,8 @@
 # Start one hold's campaign on the H200 machine, detached, from a copy of the repo under $HOME (each call
 # re-lays the working tree; a job must not run from it). From the repo root, after the stash calls:
 #   bash results/h200/launch.sh [--flashinfer] [--prometheus] [--runner SCRIPT] EXPERIMENT...
-# --flashinfer also resumes FlashInfer's CUTLASS MoE build (flashinfer-build.sh) on CPUs 6-15, and the
-# experiments then run pinned to CPUs 0-5 so that the build's nvcc jobs do not share their cores.
+# --flashinfer also resumes FlashInfer's CUTLASS MoE build (flashinfer-build.sh) on CPUs 8-15, and the
+# experiments then run pinned to CPUs 0-7 so that the build's nvcc jobs do not share their cores.
 # --prometheus starts the Debian package's Prometheus, carried in as .prom/prometheus.xz (made here by
 # `bash results/h200/prometheus-pack.sh`; git-ignored), with the shipped config and 1 s scrapes, so that
 # it scrapes every engine and the client metrics of the runs; after each run, every dashboard query is
@@ -27,6 +27,6 @@ if [ $prom = 1 ]; then
   export MOEPERF_DASHBOARDS_CHECK=http://127.0.0.1:9090
 fi
 cpus=0-$(( $(nproc) - 1 ))
-if [ $fi = 1 ]; then bash results/h200/flashinfer-build.sh start 6-15 10; cpus=0-5; fi
+if [ $fi = 1 ]; then bash results/h200/flashinfer-build.sh start 8-15 8; cpus=0-7; fi
 setsid nohup taskset -c "$cpus" bash "$runner" "$@" >/tmp/studies.out 2>&1 < /dev/null &
 sleep 5; cat "${CAMPAIGN_DIR:-$HOME/campaign}/progress" 2>/dev/null; bash results/h200/flashinfer-build.sh status
