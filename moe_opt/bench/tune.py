@@ -7,6 +7,12 @@ Each GEMM is timed alone (CUDA graph, rotated weights) on a routing drawn from -
 routing fills every expert's M tile equally and mis-tunes skewed real traffic, so the default is Zipf.
 GEMM2's candidates keep GEMM1's winning block_m, so one alignment serves both GEMMs.
 Tiles are tuned with Swap-AB off and re-used with it on, so the Swap-AB comparison is tile-for-tile.
+
+--seed-vllm adds, per bucket, the tile vLLM itself would launch for the same layer (its shipped config file for
+this GPU, else its default heuristic: ``vs_vllm.vllm_choice``) to both GEMMs' candidates. Why: the claim is that
+moe_opt is at least as fast as vLLM in every cell of ``vs_vllm``, and where vLLM's tile wins (on the H200 with
+vLLM 0.26, wider or differently grouped tiles at 1024-4096 tokens) the search space below never tried it.
+Re-tuning some buckets keeps the table's other rows and records the run in the table's ``retunes`` list.
 """
 
 from __future__ import annotations
@@ -54,6 +60,20 @@ def candidates(num_tokens: int, shape: MoeShape, dtype: str) -> list[TileConfig]
                     warps = 8 if bm * bn >= 128 * 128 else 4
                     out.append(TileConfig(bm, bn, bk, 8, warps, 3 if bn * bk * kx <= 256 * 64 * 2 else 2))
     return sorted(set(out), key=str)
+
+
+def vllm_seed(shape: MoeShape, dtype: str, bucket: int) -> TileConfig:
+    """vLLM's own config for this layer and bucket (what ``vs_vllm`` times against) as a moe_opt tile."""
+    from moe_opt.bench.vs_vllm import vllm_choice, vllm_shape
+
+    c = vllm_choice(vllm_shape(shape, dtype), bucket)["config"]
+    block = (c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"])
+    return TileConfig(*block, c.get("GROUP_SIZE_M", 1), c["num_warps"], c["num_stages"])
+
+
+def bucket_candidates(bucket: int, shape: MoeShape, dtype: str, seed_vllm: bool) -> list[TileConfig]:
+    seeds = [vllm_seed(shape, dtype, bucket)] if seed_vllm else []
+    return list(dict.fromkeys([*candidates(bucket, shape, dtype), *seeds]))
 
 
 def _gemm_fns(layers: list[Layer], gemm: int, tile: TileConfig, topk_w, topk_ids, top_k: int, dtype: str):
@@ -104,10 +124,13 @@ def _gemm_fns(layers: list[Layer], gemm: int, tile: TileConfig, topk_w, topk_ids
     return fns
 
 
-def tune_shape(shape: MoeShape, dtype: str, buckets: list[int], routing: str, table: TileTable, log: list) -> None:
+def tune_shape(
+    shape: MoeShape, dtype: str, buckets: list[int], routing: str, table: TileTable, log: list, seed_vllm: bool = False
+) -> None:
     layers = make_layers(shape, dtype, max(buckets))
     sw = KernelSwitches(swap_ab=False, respecialize=False, dtype=dtype)  # type: ignore[arg-type]
-    variants = {(g, t, False, False) for b in buckets for t in candidates(b, shape, dtype) for g in (1, 2)}
+    per_bucket = {b: bucket_candidates(b, shape, dtype, seed_vllm) for b in buckets}
+    variants = {(g, t, False, False) for cands in per_bucket.values() for t in cands for g in (1, 2)}
     t0 = time.perf_counter()
     precompile_gemms(layers[0], shape.top_k, sw, variants)
     print(f"[tune] {shape.name} {dtype}: precompiled {len(variants)} variants in {time.perf_counter() - t0:.1f}s")
@@ -116,7 +139,7 @@ def tune_shape(shape: MoeShape, dtype: str, buckets: list[int], routing: str, ta
         topk_w, topk_ids = sample_routing(routing, bucket, e, k, seed=bucket)
         best: dict[int, tuple[float, TileConfig]] = {}
         for gemm in (1, 2):
-            cands = candidates(bucket, shape, dtype)
+            cands = per_bucket[bucket]
             if gemm == 2:
                 cands = [c for c in cands if c.block_m == best[1][1].block_m]
             for tile in cands:
@@ -156,15 +179,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--routing", default="zipf:1.2", help="uniform | zipf:S | hist:PATH")
     ap.add_argument("--out", default=str(DEFAULT_TABLE_PATH))
     ap.add_argument("--log", default=None, help="JSON file for every timed candidate")
+    ap.add_argument("--seed-vllm", action="store_true", help="also try vLLM's own tile per bucket (needs vLLM)")
     args = ap.parse_args(argv)
     table = TileTable.load(args.out)
+    earlier = dict(table.meta)
     log: list = []
     buckets = [int(b) for b in args.buckets.split(",")]
     for name in args.shapes.split(","):
         for dtype in args.dtypes.split(","):
-            tune_shape(SHAPES[name], dtype, buckets, args.routing, table, log)
+            tune_shape(SHAPES[name], dtype, buckets, args.routing, table, log, args.seed_vllm)
     env = environment()
-    table.meta = {
+    this_run = {
         "device": env["gpu"],
         "routing": args.routing,
         "tuned_utc": env["date_utc"],
@@ -172,6 +197,11 @@ def main(argv: list[str] | None = None) -> None:
         "torch": env["torch"],
         "triton": env["triton"],
     }
+    if "tuned_utc" in earlier:  # a re-tune of some rows: the table's first run stays its header
+        retune = this_run | {"shapes": args.shapes, "dtypes": args.dtypes, "buckets": buckets}
+        table.meta = earlier | {"retunes": [*earlier.get("retunes", []), retune]}
+    else:
+        table.meta = this_run
     table.save(args.out)
     if args.log:
         Path(args.log).write_text(json.dumps({"env": env, "routing": args.routing, "candidates": log}, indent=1))

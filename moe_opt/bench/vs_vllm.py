@@ -27,8 +27,9 @@ outputs (max abs difference against moe_opt's own relative bounds, ``kernels.tes
 is fast because it computes something else is caught.
 
 Writes one JSON file (rewritten after every cell, ``partial: true`` until the end): the environment, every cell
-with both times, their ratio vLLM/moe_opt (> 1: moe_opt faster), each side's tile choice and the check, and a
-summary (cells where moe_opt is at least as fast, within ``AT_LEAST_AS_FAST_TOLERANCE``, and the slower ones).
+with both times, their ratio vLLM/moe_opt (> 1: moe_opt faster), each side's tile choice and the check (with
+``--profile`` also each side's GPU time per kernel, ``kernels_us``), and a summary (cells where moe_opt is at
+least as fast, within ``AT_LEAST_AS_FAST_TOLERANCE``, and the slower ones).
 
 Exit codes: 0 written, 1 written but some cell's outputs disagree, 2 bad arguments, no CUDA GPU or no vLLM (checked
 after the arguments, before anything is allocated).
@@ -97,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--routing", default="uniform", help="uniform | zipf:S | hist:PATH | from:RESULT_JSON[:ARM]")
     p.add_argument("--swap-ab", action="store_true", help="moe_opt with Swap-AB where its tile allows (default off)")
     p.add_argument("--out", default=DEFAULT_OUT, help="JSON file to write (folders created)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile each cell's two sides kernel by kernel (eager, 10 calls each; kernel_profile.py)",
+    )
     return p
 
 
@@ -258,6 +264,7 @@ def _bench_shape_dtype(
     """Every batch of one (shape, dtype) on one set of weights (allocated once), a record per cell as it is timed."""
     import torch
 
+    from moe_opt.bench.kernel_profile import profile_calls
     from moe_opt.bench.layers import make_layers
     from moe_opt.bench.routing_dist import sample_routing
     from moe_opt.bench.timing import time_graphs_alternating_ms
@@ -290,6 +297,7 @@ def _bench_shape_dtype(
         moe_ms, vllm_ms = time_graphs_alternating_ms(
             [moe_fns, vllm_fns], trials=ns.trials, replays_per_trial=REPLAYS_PER_TRIAL
         )
+        profiled = {"moe_opt": profile_calls(moe_fns[0]), "vllm": profile_calls(vllm_fns[0])} if ns.profile else None
         record = {
             "shape": name,
             "dtype": dtype,
@@ -300,7 +308,7 @@ def _bench_shape_dtype(
             "moe_opt": {"switches": sw.label(), **dataclasses.asdict(plan)},
             "vllm": vllm,
             "check": check,
-        }
+        } | ({"kernels_us": profiled} if profiled else {})
         print(
             f"[vs_vllm] {name:16s} {dtype:4s} T={batch:5d} moe_opt {record['moe_opt_us']:8.1f} us  "
             f"vLLM {record['vllm_us']:8.1f} us ({vllm['config_source']}, swap_ab={int(vllm['swap_ab'])})  "

@@ -9,7 +9,12 @@
 #   kernels   kernel level for the other per-rank TP=8 shapes vLLM ships no H200 config for (Qwen3-235B-A22B FP8,
 #             DeepSeek-V3 bf16), uniform routing as vLLM's own tuner times them;
 #   vs-vllm   moe_opt's kernels beside vLLM's, 56 cells (moe_opt/bench/vs_vllm.py);
-#   gpu-tests the counter's GPU tests (inline and overlapped, graph replays) before an engine relies on them.
+#   gpu-tests the counter's GPU tests (inline and overlapped, graph replays) before an engine relies on them;
+#   profile   the cells where moe_opt was slower than vLLM 0.26 on 2026-12-02, each side kernel by kernel
+#             (vs_vllm --profile): where the time goes when both run the same tile;
+#   moe-opt-tiles  moe_opt's tile table re-tuned at the buckets where it was slower, with vLLM's own tile among the
+#             candidates (bench/tune.py --seed-vllm) and uniform routing as vs_vllm times; the table is rewritten
+#             in this copy (so a later vs-vllm step uses it) and saved as $C/tile_configs.json.
 #   bash results/h200/launch.sh --runner results/h200/tune-proof.sh e2e vs-vllm
 # Results in $C (tuned folders packed as tuned.tgz: the device's transfer refuses vLLM's file names, which hold
 # '=' and ','). Then `bash results/h200/collect.sh 540` in back-to-back calls until done.
@@ -44,6 +49,19 @@ for what in "$@"; do
     step "start vs-vllm"
     python3 -m moe_opt.bench.vs_vllm --out "$C/vs_vllm.json" >"$C/vs_vllm.log" 2>&1
     step "end vs-vllm rc=$?" ;;
+  profile)
+    step "start profile"
+    python3 -m moe_opt.bench.vs_vllm --profile --shapes mixtral-8x7b,qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3 \
+      --batches 1024,4096 --trials 5 --out "$C/vs_vllm_profile.json" >"$C/vs_vllm_profile.log" 2>&1
+    step "end profile rc=$?" ;;
+  moe-opt-tiles)
+    step "start moe-opt-tiles"
+    python3 -m moe_opt.bench.tune --seed-vllm --routing uniform --buckets 256,1024,4096 \
+      --log "$C/moe-opt-tune-log.json" >"$C/moe-opt-tiles.log" 2>&1
+    python3 -m moe_opt.bench.tune --seed-vllm --routing uniform --shapes qwen3-235b-a22b --dtypes bf16 \
+      --buckets 16,64 --log "$C/moe-opt-tune-log-2.json" >>"$C/moe-opt-tiles.log" 2>&1
+    step "end moe-opt-tiles rc=$?"
+    cp moe_opt/kernels/tile_configs.json "$C/tile_configs.json" ;;
   gpu-tests)
     step "start gpu-tests"
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_expert_load.py >"$C/gpu-tests.log" 2>&1

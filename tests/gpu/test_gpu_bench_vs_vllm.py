@@ -34,7 +34,7 @@ def test_both_kernels_timed_side_by_side_agree_and_are_recorded(tmp_path: Path) 
 
     out = tmp_path / "vs_vllm.json"
     args = ["--shapes", SHAPE, "--dtypes", "bf16,fp8", "--batches", ",".join(map(str, BATCHES)), "--trials", "3"]
-    assert vs_vllm.main([*args, "--out", str(out)]) == 0  # 1 would mean some cell's outputs disagree
+    assert vs_vllm.main([*args, "--out", str(out), "--profile"]) == 0  # 1 would mean some cell's outputs disagree
 
     doc = json.loads(out.read_text())
     assert "partial" not in doc
@@ -67,6 +67,11 @@ def test_both_kernels_timed_side_by_side_agree_and_are_recorded(tmp_path: Path) 
         assert isinstance(vllm["swap_ab"], bool)
         if c["dtype"] == "bf16":
             assert vllm["swap_ab"] is False  # vLLM consults enable_swap_ab for FP8 w8a8 only
+        # --profile: each side's GPU time per kernel; both run two expert GEMMs, each side its own kernel
+        kernels = c["kernels_us"]
+        assert any("moe_gemm" in k for k in kernels["moe_opt"]) and any("fused_moe" in k for k in kernels["vllm"])
+        for side in ("moe_opt", "vllm"):
+            assert all(v["us_per_call"] > 0 and v["launches_per_call"] > 0 for v in kernels[side].values())
 
     summary = doc["summary"]
     assert summary["cells"] == 4 and summary["mismatched_cells"] == []

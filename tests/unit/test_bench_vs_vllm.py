@@ -181,3 +181,35 @@ def test_the_module_command_exits_2_without_cuda(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr, r.stderr[-2000:]
     assert not out.exists()
+
+
+def test_a_profile_is_summed_per_kernel_per_call_most_expensive_first() -> None:
+    from moe_opt.bench.kernel_profile import NAME_CHARS, per_call_us
+
+    long_a, long_b = "k" * NAME_CHARS + "_a", "k" * NAME_CHARS + "_b"  # alike once shortened: one row
+    rows = [("align", 40.0, 10), ("gemm", 900.0, 20), ("host_event", 0.0, 10), (long_a, 10.0, 10), (long_b, 10.0, 10)]
+    got = per_call_us(rows, calls=10)
+    assert list(got) == ["gemm", "align", "k" * NAME_CHARS]
+    assert got["gemm"] == {"us_per_call": 90.0, "launches_per_call": 2.0}
+    assert got["k" * NAME_CHARS] == {"us_per_call": 2.0, "launches_per_call": 2.0}
+    with pytest.raises(ValueError, match="calls must be at least 1"):
+        per_call_us(rows, calls=0)
+
+
+def test_the_tuner_can_try_vllms_own_tile_beside_its_search_space() -> None:
+    """``bench/tune.py --seed-vllm``: the tile the installed vLLM would launch for the cell, exactly, among the
+    candidates of both GEMMs, once; without the flag the search space alone."""
+    from moe_opt.bench.tune import bucket_candidates, candidates, vllm_seed
+
+    shape = SHAPES["qwen3-30b-a3b"]
+    for dtype, bucket in (("bf16", 1024), ("fp8", 4096), ("fp8", 1)):
+        config = vllm_choice(vllm_shape(shape, dtype), bucket)["config"]
+        seed = vllm_seed(shape, dtype, bucket)
+        assert (seed.block_m, seed.block_n, seed.block_k, seed.num_warps, seed.num_stages) == (
+            config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"], config["num_warps"],
+            config["num_stages"],
+        )  # fmt: skip
+        assert seed.group_m == config.get("GROUP_SIZE_M", 1)
+        seeded = bucket_candidates(bucket, shape, dtype, seed_vllm=True)
+        assert seeded.count(seed) == 1 and set(candidates(bucket, shape, dtype)) <= set(seeded)
+        assert bucket_candidates(bucket, shape, dtype, seed_vllm=False) == candidates(bucket, shape, dtype)
