@@ -58,7 +58,8 @@ def _comparison(c: ArmComparison) -> list[str]:
     for m in c.metrics:
         lines.append(
             f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
-            f"| {fmt.interval(m.ci)} | {fmt.interval(m.ci_within_engine)} | {m.dof} | {fmt.p_value(m.mann_whitney_p)} "
+            f"| {fmt.ratio_interval(m.ci)} | {fmt.ratio_interval(m.ci_within_engine)} | {m.dof} "
+            f"| {fmt.p_value(m.mann_whitney_p)} "
             f"| {fmt.pct(m.mde_rel)} | {VERDICT_MARK[m.verdict]}{f' ({m.note})' if m.note else ''} |"
         )
     return lines + [""]
@@ -78,7 +79,7 @@ def _noise_floor(c: ArmComparison) -> list[str]:
     for m in c.metrics:
         lines.append(
             f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
-            f"| {fmt.pct(m.aa_noise_rel)} | {fmt.interval(m.ci_within_engine)} | {fmt.pct(m.engine_sd_rel)} "
+            f"| {fmt.pct(m.aa_noise_rel)} | {fmt.ratio_interval(m.ci_within_engine)} | {fmt.pct(m.engine_sd_rel)} "
             f"| {fmt.pct(m.mde_rel)} |"
         )
     return lines + [""]
@@ -138,13 +139,13 @@ def nightly_markdown(v: NightlyVerdict) -> list[str]:
             level = f"| {c.level or 'all levels'} " if sweep else ""
             lines.append(
                 f"| {c.arm} {level}| {c.label} | {fmt.value(c.tonight, c.unit)} | {fmt.value(c.baseline, c.unit)} "
-                f"| {fmt.ratio(c.ratio)} | {fmt.interval(c.ci)} | {c.consecutive_flagged} "
+                f"| {fmt.ratio(c.ratio)} | {fmt.ratio_interval(c.ci)} | {c.consecutive_flagged} "
                 f"| {'**yes**' if c.regression else 'no'} |"
             )
         lines.append("")
     capacities = [c for c in v.checks if c.metric == "capacity"]
     for c in capacities:
-        tail = c.note or f"ratio {fmt.ratio(c.ratio)} {fmt.interval(c.ci)}"
+        tail = c.note or f"ratio {fmt.ratio(c.ratio)} {fmt.ratio_interval(c.ci)}"
         lines.append(
             f"- Capacity at SLO of {c.arm}: {fmt.value(c.tonight, c.unit)} tonight, baseline "
             f"{fmt.value(c.baseline, c.unit)} ({c.baseline_nights} night(s)); {tail}"
@@ -311,8 +312,8 @@ def sweep_comparison_rows(sweep: SweepAnalysis) -> list[list[str]]:
                     _stat_value(s, s.a_value),
                     _stat_value(s, s.b_value),
                     fmt.ratio(s.ratio),
-                    fmt.interval(s.ci),
-                    fmt.interval(s.ci_within_engine),
+                    fmt.ratio_interval(s.ci),
+                    fmt.ratio_interval(s.ci_within_engine),
                     str(s.dof),
                     VERDICT_MARK[s.verdict] + (f" ({s.note})" if s.note else ""),
                 ]
@@ -344,9 +345,9 @@ def level_verdict_rows(c: SweepComparison) -> list[list[str]]:
         rows.append(
             [
                 lv.label,
-                f"{fmt.ratio(lv.output_tokens_per_s_ratio)} {fmt.interval(lv.output_tokens_per_s_ci)}",
+                f"{fmt.ratio(lv.output_tokens_per_s_ratio)} {fmt.ratio_interval(lv.output_tokens_per_s_ci)}",
                 VERDICT_MARK[lv.output_tokens_per_s_verdict],
-                f"{fmt.ratio(lv.interactivity_ratio)} {fmt.interval(lv.interactivity_ci)}",
+                f"{fmt.ratio(lv.interactivity_ratio)} {fmt.ratio_interval(lv.interactivity_ci)}",
                 VERDICT_MARK[lv.interactivity_verdict],
                 ", ".join(lv.improved) or "-",
                 ", ".join(lv.regressed) or lv.note or "-",

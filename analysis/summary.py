@@ -72,7 +72,7 @@ def _sweep_ab_line(c: SweepComparison) -> str:
     m, cap = c.throughput_at_matched_interactivity, c.capacity
     return (
         f"{c.b_arm} vs {c.a_arm} (sweep): output tok/s per GPU at matched interactivity {fmt.ratio(m.ratio)} "
-        f"{fmt.interval(m.ci)} {SHORT[m.verdict]}, capacity {fmt.ratio(cap.ratio)} {fmt.interval(cap.ci)} "
+        f"{fmt.ratio_interval(m.ci)} {SHORT[m.verdict]}, capacity {fmt.ratio(cap.ratio)} {fmt.ratio_interval(cap.ci)} "
         f"{SHORT[cap.verdict]} [{_design_tail(c)}]"
     )
 

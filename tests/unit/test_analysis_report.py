@@ -108,3 +108,5 @@ def test_numbers_read_as_people_write_them():
     assert fmt.value(None, "s") == "n/a" and fmt.value(197.4, "tok/s") == "197.4 tok/s"
     assert fmt.pct(0.0512) == "5.1%" and fmt.pct(46.0) == ">1000%"
     assert fmt.p_value(3e-7) == "<1e-4" and fmt.interval((0.9, 1.1)) == "[0.900, 1.100]"
+    assert fmt.ratio_interval((0.9, 1.1)) == "[0.900, 1.100]" and fmt.ratio_interval(None) == "n/a"
+    assert fmt.ratio_interval((1.2e-5, 55528.81)) == "[<0.001, >1000]"  # one engine pair on 1 dof: no information
