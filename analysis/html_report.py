@@ -266,7 +266,7 @@ def _routing(result: RunResult) -> str:
     arms = routing.run_routing(result.arms)
     if not arms:
         return ""
-    warnings = "".join(f'<p class="warn">{escape(w)}</p>' for w in (a.warning() for a in arms) if w)
+    warnings = "".join(f'<p class="warn">{escape(w)}</p>' for w in routing.warnings(arms))
     return (
         f"<h2>{escape(routing.SECTION_TITLE)}</h2><p>{escape(routing.SECTION_INTRO)}</p>"
         + _table(routing.HEADERS, [a.row() for a in arms], cls="routing")

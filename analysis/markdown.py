@@ -200,7 +200,7 @@ def _routing(result: RunResult) -> list[str]:
     arms = routing.run_routing(result.arms)
     if not arms:
         return []
-    warnings = [f"- **{w}**" for w in (a.warning() for a in arms) if w]
+    warnings = [f"- **{w}**" for w in routing.warnings(arms)]
     return [
         f"## {routing.SECTION_TITLE}",
         "",

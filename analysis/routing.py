@@ -98,6 +98,11 @@ def run_routing(arms: list[ArmResult]) -> list[ArmRouting]:
     return [r for r in map(arm_routing, arms) if r is not None]
 
 
+def warnings(arms: list[ArmRouting]) -> list[str]:
+    """The arms' collapsed-routing warnings, in arm order (both reports print them under the table)."""
+    return [w for w in (a.warning() for a in arms) if w]
+
+
 SECTION_TITLE = "Routing while serving (tokens per expert)"
 SECTION_INTRO = (
     "From each engine's routing counter over the measured window (arms[].expert_load). Max / mean load is the "

@@ -18,6 +18,7 @@ Re-tuning some buckets keeps the table's other rows and records the run in the t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -181,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--log", default=None, help="JSON file for every timed candidate")
     ap.add_argument("--seed-vllm", action="store_true", help="also try vLLM's own tile per bucket (needs vLLM)")
     args = ap.parse_args(argv)
+    if args.seed_vllm and importlib.util.find_spec("vllm") is None:
+        ap.error("--seed-vllm needs vLLM installed (its configs are the seeds); nothing was tuned or written")
     table = TileTable.load(args.out)
     earlier = dict(table.meta)
     log: list = []

@@ -57,10 +57,10 @@ for what in "$@"; do
   moe-opt-tiles)
     step "start moe-opt-tiles"
     python3 -m moe_opt.bench.tune --seed-vllm --routing uniform --buckets 256,1024,4096 \
-      --log "$C/moe-opt-tune-log.json" >"$C/moe-opt-tiles.log" 2>&1
+      --log "$C/moe-opt-tune-log.json" >"$C/moe-opt-tiles.log" 2>&1; rc1=$?
     python3 -m moe_opt.bench.tune --seed-vllm --routing uniform --shapes qwen3-235b-a22b --dtypes bf16 \
       --buckets 16,64 --log "$C/moe-opt-tune-log-2.json" >>"$C/moe-opt-tiles.log" 2>&1
-    step "end moe-opt-tiles rc=$?"
+    step "end moe-opt-tiles rc=$rc1,$?"
     cp moe_opt/kernels/tile_configs.json "$C/tile_configs.json" ;;
   gpu-tests)
     step "start gpu-tests"

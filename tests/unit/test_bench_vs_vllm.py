@@ -213,3 +213,19 @@ def test_the_tuner_can_try_vllms_own_tile_beside_its_search_space() -> None:
         seeded = bucket_candidates(bucket, shape, dtype, seed_vllm=True)
         assert seeded.count(seed) == 1 and set(candidates(bucket, shape, dtype)) <= set(seeded)
         assert bucket_candidates(bucket, shape, dtype, seed_vllm=False) == candidates(bucket, shape, dtype)
+
+
+def test_seeding_from_vllm_without_vllm_exits_2_before_tuning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from moe_opt.bench import tune
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    out = tmp_path / "table.json"
+    with pytest.raises(SystemExit) as exit_:
+        tune.main(["--seed-vllm", "--out", str(out)])
+    assert exit_.value.code == 2 and not out.exists()
+    assert "--seed-vllm needs vLLM installed" in capsys.readouterr().err
