@@ -89,6 +89,15 @@ class EngineSpec(FrozenStrictModel):
         "marks comparisons where one side compiled and the other did not). Old files' fresh_triton_cache: true "
         "reads as cold_per_arm, false as as_found.",
     )
+    warmup_pass_fraction: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="With cache_state 'shared_warm': the share of each level's requests (the first ones, at least "
+        "the level's concurrency) that the warm-up pass replays per setting. 1.0 replays the whole round. Less "
+        "keeps a hold short. Measured arms still count their compiles in the window, so a pass that was too "
+        "short shows there.",
+    )
     max_num_seqs: int | None = Field(
         None,
         ge=1,

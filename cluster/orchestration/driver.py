@@ -44,7 +44,7 @@ from moe_opt.tune.folder import folder_problem
 from result_format.run_result import ArmResult, RunResult, ScheduleInfo, WarmupPassInfo
 from workloads.schedule_columns import ScheduleColumns
 from workloads.schedule_file import write_schedule
-from workloads.sweep import LevelPlan, plan_levels, sweep_schedule
+from workloads.sweep import LevelPlan, plan_levels, sweep_schedule, warmup_pass_levels
 from workloads.traces import TraceFormatError
 from workloads.workload import Schedule, build_schedule
 
@@ -341,10 +341,13 @@ class Driver:
             self.metrics.observe if measured else None,
             hooks=hooks,
             name=warmup_name,
-            levels=self.levels,
+            levels=self.levels if measured else self._warmup_levels(),
             on_level=self._on_level if measured else None,
             api_key=self.api_key,
         )
+
+    def _warmup_levels(self) -> list[LevelPlan]:
+        return warmup_pass_levels(self.levels, self.cfg.sweep, self.cfg.engine.warmup_pass_fraction)
 
     def _run_turns(self, hooks: RunHooks) -> None:
         by_name = {r.arm.name: r for r in self.runners}

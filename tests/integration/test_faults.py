@@ -219,11 +219,12 @@ def test_engine_that_cannot_start_fails_its_arm_with_the_engines_own_error(tmp_p
 
 def test_a_driver_error_after_the_warm_up_and_first_arm_still_writes_the_result(tmp_path, monkeypatch):
     """shared_warm with an A/A pair: one warm-up engine (the pair's one setting) runs before either arm, into
-    the run's shared JIT cache; then the driver raises after its second turn (the first arm). The result is
-    written anyway: failed, with the error, the warm-up, the first arm's records, and the second arm failed."""
+    the run's shared JIT cache, replaying half the round (warmup_pass_fraction); then the driver raises after
+    its second turn (the first arm). The result is written anyway: failed, with the error, the warm-up, the
+    first arm's records (the whole round), and the second arm failed."""
     exp = small_experiment(
         tmp_path,
-        engine={"cache_state": "shared_warm", "enforce_eager": True},
+        engine={"cache_state": "shared_warm", "enforce_eager": True, "warmup_pass_fraction": 0.5},
         arms=[{"name": "a"}, {"name": "a-aa", "control_of": "a"}],
     )
     monkeypatch.setenv("MOEPERF_TEST_FAULTS", json.dumps({"driver_error_after_turns": 2}))  # the CLI inherits it
@@ -237,9 +238,9 @@ def test_a_driver_error_after_the_warm_up_and_first_arm_still_writes_the_result(
     assert "run FAILED: InjectedDriverFault" in r.stdout
     (warm,) = res["warmup_pass"]
     assert warm["setting"] == "a" and warm["arms"] == ["a", "a-aa"] and warm["status"] == "ok", warm
-    assert warm["requests"] == warm["requests_succeeded"] == 6 and warm["startup_s"] > 0
+    assert warm["requests"] == warm["requests_succeeded"] == 3 and warm["startup_s"] > 0  # the first half
     warm_records = records_on_disk(run_dir / warm["records_file"])
-    assert warm["records_file"] == "records/warmup-a.parquet" and len(warm_records) == 6
+    assert warm["records_file"] == "records/warmup-a.parquet" and len(warm_records) == 3
     assert {rec["arm"] for rec in warm_records} == {"warmup-a"}  # never mixed into an arm
     assert out.index("warm-up pass: setting a") < out.index("arm a: round 0: starting engine")
     first, second = res["arms"]

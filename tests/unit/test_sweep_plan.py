@@ -11,7 +11,7 @@ from workloads.arrivals.closed_loop import ClosedLoopArrivalSpec
 from workloads.arrivals.constant import ConstantArrivalSpec
 from workloads.arrivals.poisson import PoissonArrivalSpec
 from workloads.levels import ConcurrencyLevel, RateLevel, TraceSpeedLevel
-from workloads.sweep import SweepSpec, level_prompt_seed, level_workload
+from workloads.sweep import SweepSpec, level_prompt_seed, level_workload, warmup_pass_levels
 from workloads.traces.synthetic import SyntheticTraceSpec, load_synthetic
 from workloads.workload import WorkloadSpec
 
@@ -116,3 +116,28 @@ def test_range_lengths_fall_in_range_ratio_times_the_target_to_the_target() -> N
     inputs = [r.input_tokens for r in rows]
     assert min(inputs) >= 800 and max(inputs) <= 1000 and min(inputs) < 810 and max(inputs) > 990
     assert {r.output_tokens for r in rows} == {7}
+
+
+def test_the_warm_up_pass_replays_the_first_share_of_each_level_and_at_least_its_concurrency() -> None:
+    level = {"kind": "concurrency"}
+    cfg = sweep_cfg([{**level, "concurrency": 8, "requests": 10}, {**level, "concurrency": 2, "requests": 30}])
+    _, levels = plan_run(cfg, None)
+    small, large = warmup_pass_levels(levels, cfg.sweep, 0.25)
+    assert len(small.requests) == 8  # ceil(2.5) = 3 would never reach 8 in flight
+    assert len(large.requests) == 8 and large.requests[:8] == levels[1].requests[:8]  # ceil(7.5), the first ones
+    assert (small.index, small.label, large.label) == (0, "c=8", "c=2")
+    assert warmup_pass_levels(levels, cfg.sweep, 1.0) is levels
+
+
+def test_the_warm_up_pass_of_a_run_without_a_sweep_replays_the_first_share_of_the_workload() -> None:
+    workload = {"trace": SYNTH, "arrival": {"kind": "closed_loop", "concurrency": 2}}
+    cfg = parse_experiment({"workload": workload, "engine": {"warmup_pass_fraction": 0.1}})
+    _, levels = plan_run(cfg, None)
+    (whole,) = warmup_pass_levels(levels, cfg.sweep, cfg.engine.warmup_pass_fraction)
+    assert [r.index for r in whole.requests] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
+def test_a_warm_up_pass_fraction_outside_0_to_1_is_a_config_error_naming_the_field(fraction: float) -> None:
+    with pytest.raises(ConfigError, match="warmup_pass_fraction"):
+        parse_experiment({"workload": {"trace": SYNTH}, "engine": {"warmup_pass_fraction": fraction}})
