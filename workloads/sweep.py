@@ -10,14 +10,14 @@ requests have.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
 from common.strict import FrozenStrictModel
+from workloads.arrivals.closed_loop import ClosedLoopArrivalSpec
 from workloads.levels import AnyLoadLevel, LoadLevel
 from workloads.schedule_columns import ScheduleColumns
 from workloads.traces import TraceFormatError
@@ -145,21 +145,23 @@ def sweep_schedule(levels: list[LevelPlan]) -> Schedule:
     )
 
 
-def warmup_pass_levels(levels: list[LevelPlan], sweep: SweepSpec | None, fraction: float) -> list[LevelPlan]:
+def warmup_pass_levels(
+    levels: list[LevelPlan], sweep: SweepSpec | None, workload: WorkloadSpec, fraction: float
+) -> list[LevelPlan]:
     """The replays of a shared_warm warm-up pass: the first ``fraction`` of each level's requests.
 
     The pass exists to compile every kernel the measured arms will need. Those kernels depend on the batch
-    shapes a level produces, not on how long it runs. So a prefix is enough, as long as it reaches the level's
-    concurrency. A full pass per setting made a 48-layer hold on one H200 (2026-12-03) spend 8 of its 30
-    minutes before the first measured arm.
+    shapes a level produces, not on how long it runs. So a prefix is enough, as long as it reaches the
+    replay's closed-loop concurrency (a sweep level's, or the workload's without a sweep). A full pass per
+    setting made a 48-layer hold on one H200 (2026-12-03) spend 8 of its 30 minutes before the first
+    measured arm.
     """
     if fraction >= 1.0:
         return levels
     out = []
     for lv in levels:
         n = len(lv.requests)
-        spec = sweep.levels[lv.index] if sweep is not None and lv.index is not None else None
-        floor = getattr(spec, "concurrency", 1) if spec is not None else 1
-        keep = min(n, max(math.ceil(fraction * n), floor))
-        out.append(dataclasses.replace(lv, requests=lv.requests[:keep]))
+        arrival = sweep.levels[lv.index].arrival() if sweep is not None and lv.index is not None else workload.arrival
+        floor = arrival.concurrency if isinstance(arrival, ClosedLoopArrivalSpec) else 1
+        out.append(replace(lv, requests=lv.requests[: min(n, max(math.ceil(fraction * n), floor))]))
     return out

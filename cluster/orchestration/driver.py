@@ -347,7 +347,7 @@ class Driver:
         )
 
     def _warmup_levels(self) -> list[LevelPlan]:
-        return warmup_pass_levels(self.levels, self.cfg.sweep, self.cfg.engine.warmup_pass_fraction)
+        return warmup_pass_levels(self.levels, self.cfg.sweep, self.cfg.workload, self.cfg.engine.warmup_pass_fraction)
 
     def _run_turns(self, hooks: RunHooks) -> None:
         by_name = {r.arm.name: r for r in self.runners}

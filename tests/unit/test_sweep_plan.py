@@ -122,19 +122,28 @@ def test_the_warm_up_pass_replays_the_first_share_of_each_level_and_at_least_its
     level = {"kind": "concurrency"}
     cfg = sweep_cfg([{**level, "concurrency": 8, "requests": 10}, {**level, "concurrency": 2, "requests": 30}])
     _, levels = plan_run(cfg, None)
-    small, large = warmup_pass_levels(levels, cfg.sweep, 0.25)
+    small, large = warmup_pass_levels(levels, cfg.sweep, cfg.workload, 0.25)
     assert len(small.requests) == 8  # ceil(2.5) = 3 would never reach 8 in flight
     assert len(large.requests) == 8 and large.requests[:8] == levels[1].requests[:8]  # ceil(7.5), the first ones
     assert (small.index, small.label, large.label) == (0, "c=8", "c=2")
-    assert warmup_pass_levels(levels, cfg.sweep, 1.0) is levels
+    assert warmup_pass_levels(levels, cfg.sweep, cfg.workload, 1.0) is levels
 
 
-def test_the_warm_up_pass_of_a_run_without_a_sweep_replays_the_first_share_of_the_workload() -> None:
-    workload = {"trace": SYNTH, "arrival": {"kind": "closed_loop", "concurrency": 2}}
-    cfg = parse_experiment({"workload": workload, "engine": {"warmup_pass_fraction": 0.1}})
+@pytest.mark.parametrize(
+    ("arrival", "kept"),
+    [
+        ({"kind": "closed_loop", "concurrency": 2}, 4),
+        ({"kind": "closed_loop", "concurrency": 6}, 6),
+        ({"kind": "poisson", "rate_rps": 1}, 4),
+    ],
+)
+def test_the_warm_up_pass_of_a_run_without_a_sweep_replays_the_first_share_and_at_least_its_concurrency(
+    arrival: dict, kept: int
+) -> None:
+    cfg = parse_experiment({"workload": {"trace": SYNTH, "arrival": arrival}, "engine": {"warmup_pass_fraction": 0.1}})
     _, levels = plan_run(cfg, None)
-    (whole,) = warmup_pass_levels(levels, cfg.sweep, cfg.engine.warmup_pass_fraction)
-    assert [r.index for r in whole.requests] == [0, 1, 2, 3]
+    (whole,) = warmup_pass_levels(levels, cfg.sweep, cfg.workload, cfg.engine.warmup_pass_fraction)
+    assert [r.index for r in whole.requests] == list(range(kept))  # ceil(0.1 * 40) = 4
 
 
 @pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
