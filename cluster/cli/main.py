@@ -104,12 +104,19 @@ def cmd_recover(ns: argparse.Namespace) -> int:
     from cluster.orchestration.recover import recover
 
     try:
-        result = recover(Path(ns.run_dir), ["moeperf", "recover", *sys.argv[2:]], overwrite=ns.force)
+        command = ["moeperf", "recover", *sys.argv[2:]]
+        result = recover(Path(ns.run_dir), command, overwrite=ns.force, keep_whole_rounds=ns.whole_rounds)
     except ConfigError as e:
         print(f"moeperf: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     kept = ", ".join(f"{a.name} {a.records_count}" for a in result.arms)
     print(f"recovered {Path(ns.run_dir) / 'result.json'} (status {result.status}); records per arm: {kept}")
+    if ns.whole_rounds:
+        first, last = result.config.first_round, result.config.first_round + result.config.rounds - 1
+        print(
+            f"round(s) {first}{'' if last == first else f'-{last}'} kept, every arm ok over them; continue with "
+            f"--first_round {last + 1} and pool with moeperf combine"
+        )
     return EXIT_OK
 
 
@@ -185,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rec.add_argument("run_dir", help="The run folder, runs/<id>.")
     rec.add_argument("--force", action="store_true", help="Rebuild even if result.json exists.")
+    rec.add_argument(
+        "--whole_rounds",
+        action="store_true",
+        help="Keep only the rounds every arm finished, as a result whose arms are ok (the analysis compares them "
+        "and moeperf combine pools them); the records of later rounds go to records/<arm>.after-whole-rounds.parquet.",
+    )
     rec.set_defaults(func=cmd_recover)
     comb = sub.add_parser(
         "combine",

@@ -178,7 +178,8 @@ def combine(run_paths: Sequence[Path], out_dir: Path, command: list[str]) -> Run
     result = RunResult(
         run_id=out_dir.name,
         experiment=first.experiment,
-        status="ok" if all(a.status == "ok" for a in arms) and all(r.status == "ok" for r in runs) else "failed",
+        # An interrupted run whose arms are all ok is one ``moeperf recover --whole_rounds`` cut to its whole rounds.
+        status="ok" if all(a.status == "ok" for a in arms) and all(r.status != "failed" for r in runs) else "failed",
         started_at=min(r.started_at for r in runs),
         finished_at=max(r.finished_at for r in runs),
         command=command,

@@ -13,23 +13,35 @@ the kill is dropped and said, never fatal.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from pydantic import ValidationError
 
 from cluster.orchestration.arm_records import RecordsOutcome, seal_found
 from cluster.orchestration.driver import schedule_info
 from experiment.config import ConfigError, ExperimentConfig
-from result_format.records_store import JOURNAL_SUFFIX
-from result_format.run_result import ArmResult, RunResult
+from result_format.records_store import (
+    JOURNAL_SUFFIX,
+    PARQUET_SUFFIX,
+    RecordJournal,
+    SealedRecords,
+    read_columns,
+    seal,
+)
+from result_format.run_result import ArmResult, LevelResult, RunResult
+from workloads.metrics import summarize_level
+from workloads.record_columns import RecordColumns
 from workloads.schedule_columns import SCHEDULE_FILE
 from workloads.schedule_file import ScheduleFileError, read_schedule, schedule_file
 from workloads.workload import Schedule
 
 RECOVERED_ERROR = "the driver ended without writing its result; rebuilt from records/ by moeperf recover"
+AFTER_WHOLE_ROUNDS = ".after-whole-rounds"
 
 
 def _iso(t_s: float) -> str:
@@ -52,23 +64,116 @@ def _inputs(run_dir: Path) -> tuple[ExperimentConfig, dict[str, Any], Schedule]:
     return cfg, env, schedule
 
 
-def recover_result(run_dir: Path, command: list[str]) -> RunResult:
-    """The run's result as far as its files tell; raises ``ConfigError`` if they are not a run's."""
+@dataclass(frozen=True)
+class _Arm:
+    """One arm's records as the dead driver left them."""
+
+    sealed: SealedRecords
+    records: RecordColumns
+
+
+def whole_rounds(cfg: ExperimentConfig, per_round: int, records: list[RecordColumns]) -> list[int]:
+    """The rounds, from ``first_round`` on, that every arm finished: each has a record of every planned request
+    (a failed request is a record too; one never sent is not). Stops at the first round some arm did not finish,
+    so what is kept is a prefix a later run continues with ``--first_round``."""
+    out = []
+    for rnd in range(cfg.first_round, cfg.first_round + max(1, cfg.rounds)):
+        if per_round == 0 or any(int((cols.round == rnd).sum()) != per_round for cols in records):
+            break
+        out.append(rnd)
+    return out
+
+
+def _level_results(cfg: ExperimentConfig, schedule: Schedule, records: RecordColumns) -> list[LevelResult]:
+    """Per sweep level, as the driver summarises them: the saved schedule is the levels in sweep order, each
+    numbered from 0, so a level starts where ``index`` is 0."""
+    if cfg.sweep is None:
+        return []
+    starts = [int(i) for i in np.flatnonzero(schedule.requests.index == 0)] + [len(schedule.requests)]
+    out = []
+    for i, spec in enumerate(cfg.sweep.levels):
+        warmup = schedule.requests.warmup[starts[i] : starts[i + 1]]
+        out.append(
+            LevelResult(
+                index=i,
+                label=spec.label(),
+                kind=spec.kind,
+                load=spec.load,
+                load_unit=spec.load_unit,
+                requests_planned=int(warmup.size),
+                warmup_requests=int(warmup.sum()),
+                summary=summarize_level(records, i, cfg.slo),
+            )
+        )
+    return out
+
+
+def _write_sealed(records_dir: Path, name: str, cols: RecordColumns) -> SealedRecords:
+    journal = RecordJournal(records_dir / f"{name}{JOURNAL_SUFFIX}")
+    journal.append_columns(cols)
+    journal.close()
+    return seal(journal.path)
+
+
+def _keep_rounds(records_dir: Path, name: str, records: RecordColumns, rounds: list[int]) -> tuple[_Arm, int]:
+    """The arm's records file rewritten with ``rounds`` only; the rest sealed beside it (never deleted)."""
+    kept = np.isin(records.round, rounds)
+    rest = records.select(~kept)
+    if len(rest):
+        _write_sealed(records_dir, f"{name}{AFTER_WHOLE_ROUNDS}", rest)
+    cols = records.select(kept)
+    return _Arm(_write_sealed(records_dir, name, cols), cols), len(rest)
+
+
+def recover_result(run_dir: Path, command: list[str], keep_whole_rounds: bool = False) -> RunResult:
+    """The run's result as far as its files tell; raises ``ConfigError`` if they are not a run's, or, with
+    ``keep_whole_rounds``, if no round was finished by every arm."""
     cfg, env, schedule = _inputs(run_dir)
     records_dir = run_dir / "records"
     notes = [
         "recovered: engine details, client shards and health, window metrics and per-level results died with "
         "the driver; the records below are every one it had written"
     ]
-    arms, last_write_s = [], (run_dir / "config.yaml").stat().st_mtime
-    planned = len(schedule.requests) * max(1, cfg.rounds)
+    found, last_write_s = {}, (run_dir / "config.yaml").stat().st_mtime
     for arm in cfg.arms:
         journal = records_dir / f"{arm.name}{JOURNAL_SUFFIX}"
         if journal.exists():
             last_write_s = max(last_write_s, journal.stat().st_mtime)
         sealed, records = seal_found(records_dir, arm.name)
+        after = records_dir / f"{arm.name}{AFTER_WHOLE_ROUNDS}{PARQUET_SUFFIX}"
+        if after.exists():  # an earlier recover --whole_rounds set these aside: every record counts again
+            records = RecordColumns.concat([records, read_columns(after)])
+            sealed = _write_sealed(records_dir, arm.name, records)
+            after.unlink()
         if sealed.torn_tail:
             notes.append(f"arm {arm.name}: the last batch of records was cut by the driver's end and is dropped")
+        found[arm.name] = _Arm(sealed, records)
+    per_round = len(schedule.requests)
+    rounds = whole_rounds(cfg, per_round, [a.records for a in found.values()])
+    if keep_whole_rounds:
+        if not rounds:
+            counts = ", ".join(f"{n} {int((a.records.round == cfg.first_round).sum())}" for n, a in found.items())
+            raise ConfigError(
+                f"{run_dir}: no round was finished by every arm (round {cfg.first_round} needs {per_round} records "
+                f"per arm; found {counts}); recover without --whole_rounds keeps every record, each arm failed"
+            )
+        for name, arm_found in list(found.items()):
+            found[name], moved = _keep_rounds(records_dir, name, arm_found.records, rounds)
+            if moved:
+                notes.append(
+                    f"arm {name}: {moved} record(s) of rounds after {rounds[-1]} (not finished by every arm) are in "
+                    f"records/{name}{AFTER_WHOLE_ROUNDS}.parquet, out of the analysis"
+                )
+        notes[0] = (
+            f"recovered with --whole_rounds: rounds {rounds[0]}-{rounds[-1]}, which every arm finished, are kept "
+            "as the run's rounds; engine details, client shards and health, window metrics and the warm-up pass "
+            "died with the driver"
+        )
+        cfg = cfg.model_copy(update={"rounds": len(rounds)})
+    arms = []
+    for arm in cfg.arms:
+        sealed, records = found[arm.name].sealed, found[arm.name].records
+        planned = per_round * max(1, cfg.rounds)
         outcome = RecordsOutcome.of(sealed, records, run_dir, cfg.slo, cfg.client.max_dispatch_lag_p99_ms)
         arms.append(
             ArmResult(
@@ -76,11 +181,12 @@ def recover_result(run_dir: Path, command: list[str]) -> RunResult:
                 control_of=arm.control_of,
                 flags=cfg.arm_flags(arm),
                 flags_applied=False,
-                status="failed",
-                failure_reason="interrupted: the driver ended mid-run (recovered)",
+                status="ok" if keep_whole_rounds else "failed",
+                failure_reason=None if keep_whole_rounds else "interrupted: the driver ended mid-run (recovered)",
                 requests_planned=planned,
                 requests_not_sent=max(0, planned - outcome.sent),
                 rounds=len(records.rounds()),
+                levels=_level_results(cfg, schedule, records) if keep_whole_rounds else [],
                 **outcome.fields,
             ).with_columns(records)
         )
@@ -100,11 +206,11 @@ def recover_result(run_dir: Path, command: list[str]) -> RunResult:
     )
 
 
-def recover(run_dir: Path, command: list[str], overwrite: bool = False) -> RunResult:
+def recover(run_dir: Path, command: list[str], overwrite: bool = False, keep_whole_rounds: bool = False) -> RunResult:
     """Write ``run_dir/result.json``; an existing one (the driver did write it) is kept unless ``overwrite``."""
     target = run_dir / "result.json"
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists: the run has its result (pass --force to rebuild it from records/)")
-    result = recover_result(run_dir, command)
+    result = recover_result(run_dir, command, keep_whole_rounds)
     target.write_text(result.model_dump_json(indent=1))
     return result

@@ -8,6 +8,7 @@ import yaml
 
 from analysis.report_cli import main as report_main
 from cluster.cli.main import main as cli_main
+from cluster.orchestration.driver import plan_run
 from cluster.orchestration.recover import RECOVERED_ERROR, recover
 from experiment.config import ConfigError, parse_experiment
 from result_format.records_store import RecordJournal
@@ -99,3 +100,88 @@ def test_old_and_new_schedule_files_read_as_the_same_plan(tmp_path):
     (new / "schedule.parquet").write_bytes(b"not parquet")
     with pytest.raises(ConfigError, match="schedule.parquet"):
         recover(new, ["moeperf", "recover"])
+
+
+SWEEP_LEVELS = [
+    {"kind": "concurrency", "concurrency": 1, "requests": 4},
+    {"kind": "concurrency", "concurrency": 2, "requests": 6},
+]
+SYNTH = {"kind": "synthetic", "num_requests": 8, "input_tokens": {"kind": "fixed", "tokens": 8},
+         "output_tokens": {"kind": "fixed", "tokens": 3}}  # fmt: skip
+CONTROL_ARMS = [{"name": "a"}, {"name": "a-control", "control_of": "a"}, {"name": "b", "flags": {"swap_ab": True}}]
+
+
+def _sweep_run(tmp_path, name: str, first_round: int, rounds: int, cut: dict[str, int]):
+    """A sweep run whose hold ended mid-round: every arm wrote its rounds in full but for ``cut``, arm -> the
+    number of its last round's records that reached the journal. Returns the folder and its records per round."""
+    cfg = parse_experiment({"name": "w", "arms": CONTROL_ARMS, "output_dir": str(tmp_path), "rounds": rounds,
+                            "first_round": first_round, "workload": {"trace": SYNTH},
+                            "sweep": {"levels": SWEEP_LEVELS, "warmup_fraction": 0.25}})  # fmt: skip
+    schedule, levels = plan_run(cfg, None)
+    run_dir = tmp_path / name
+    (run_dir / "records").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    write_schedule(schedule, run_dir)
+    for arm in cfg.arms:
+        journal = RecordJournal(run_dir / "records" / f"{arm.name}.arrows")
+        for rnd in range(first_round, first_round + rounds):
+            batch = [
+                _record(arm.name, int(r.index)).model_copy(update={"round": rnd, "level": lv.index, "warmup": bool(w)})
+                for lv in levels
+                for r, w in zip(lv.requests, lv.requests.warmup, strict=True)
+            ]
+            if rnd == first_round + rounds - 1 and arm.name in cut:
+                batch = batch[: cut[arm.name]]
+            journal.append(batch)
+        journal.close()
+    return run_dir, len(schedule.requests)
+
+
+def test_whole_rounds_keeps_what_every_arm_finished_as_ok_arms_and_sets_the_rest_aside(tmp_path):
+    run_dir, per_round = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=2, cut={"b": 3})
+    assert cli_main(["recover", str(run_dir), "--whole_rounds"]) == 0
+    res = load_run(run_dir)
+    assert res.status == "interrupted" and res.config.rounds == 1 and res.config.first_round == 0
+    assert [a.status for a in res.arms] == ["ok", "ok", "ok"]
+    for arm in res.arms:
+        assert arm.columns.rounds() == [0] and arm.records_count == per_round == arm.requests_planned
+        assert [(lv.label, lv.requests_planned, lv.warmup_requests) for lv in arm.levels] == [
+            ("c=1", 4, 1),
+            ("c=2", 6, 2),  # at least the level's concurrency, as the planner marks it
+        ]
+        assert [lv.summary is not None and lv.summary.ttft_s.count for lv in arm.levels] == [3, 4]
+    # Nothing is lost: the unfinished round's records are sealed beside the kept ones.
+    aside = {p.name for p in (run_dir / "records").glob("*.after-whole-rounds.parquet")}
+    assert aside == {
+        "a.after-whole-rounds.parquet",
+        "a-control.after-whole-rounds.parquet",
+        "b.after-whole-rounds.parquet",
+    }
+    assert any("3 record(s) of rounds after 0" in n for n in res.notes)
+    assert report_main([str(run_dir), "--bootstrap", "50"]) == 0
+    assert "fewer than two usable arms" not in (run_dir / "report.md").read_text()
+    # A plain recover afterwards brings every record back, each arm failed again.
+    assert cli_main(["recover", str(run_dir), "--force"]) == 0
+    again = load_run(run_dir)
+    assert [a.records_count for a in again.arms] == [2 * per_round, 2 * per_round, per_round + 3]
+    assert all(a.status == "failed" for a in again.arms) and not list((run_dir / "records").glob("*.after-*"))
+
+
+def test_whole_rounds_pool_with_the_hold_that_continues_them(tmp_path):
+    first, per_round = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=2, cut={"a-control": 0})
+    second, _ = _sweep_run(tmp_path, "w-hold2", first_round=1, rounds=1, cut={})
+    recover(first, ["moeperf", "recover"], keep_whole_rounds=True)
+    recover(second, ["moeperf", "recover"], keep_whole_rounds=True)
+    assert cli_main(["combine", str(first), str(second), "--out", str(tmp_path / "pooled")]) == 0
+    pooled = load_run(tmp_path / "pooled")
+    assert pooled.status == "ok" and [a.rounds for a in pooled.arms] == [2, 2, 2]
+    assert all(a.columns.rounds() == [0, 1] and a.records_count == 2 * per_round for a in pooled.arms)
+
+
+def test_whole_rounds_with_no_round_every_arm_finished_is_bad_input_and_changes_nothing(tmp_path, capsys):
+    run_dir, per_round = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=1, cut={"b": 7})
+    assert cli_main(["recover", str(run_dir), "--whole_rounds"]) == 2
+    assert f"round 0 needs {per_round} records per arm; found a {per_round}, a-control {per_round}, b 7" in (
+        capsys.readouterr().err
+    )
+    assert not (run_dir / "result.json").exists()
