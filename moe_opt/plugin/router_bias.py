@@ -1,11 +1,15 @@
 """A per-expert popularity for the router, so a dummy-weight model routes in a skewed, reproducible way.
 
-Why: a model generated with dummy weights routes almost uniformly, while real traffic on a real model does not;
-kernel effects that depend on how tokens spread over experts (tile choice, padding per expert, idle experts) are
-then never exercised. ``MOEPERF_ROUTER_BIAS="zipf:S"`` gives expert ``e`` of every MoE layer the Zipf popularity
-``p_e ~ 1/rank_e^S`` (expert 0 the most popular); ``zipf:S:SEED`` ranks the experts of each layer by a permutation
-drawn from ``SEED + layer`` instead. Only a moeperf-started engine with the variable set is changed; it is a
-test-bench knob and changes the model's outputs.
+Why: a model generated with dummy weights does not route like a real one. On the H200 (vLLM 0.26, Qwen3-30B-A3B's
+shapes, 48 layers, FP8, 2026-12-03) it routed *every* token to experts 0-7 of 128 in every layer and every engine
+(the router's logits tie, and top-k takes the lowest ids), so each of 8 experts ran the whole batch and the kernel
+regimes that depend on how tokens spread over experts (few tokens per expert, where Swap-AB and small M tiles
+matter; padding per expert; idle experts) were never exercised. ``MOEPERF_ROUTER_BIAS="uniform"`` makes each token
+draw its k experts uniformly without replacement (the routing vLLM's own kernel tuning times under);
+``"zipf:S"`` gives expert ``e`` of every MoE layer the Zipf popularity ``p_e ~ 1/rank_e^S`` (expert 0 the most
+popular); ``zipf:S:SEED`` ranks the experts of each layer by a permutation drawn from ``SEED + layer`` instead.
+Only a moeperf-started engine with the variable set is changed; it is a test-bench knob and changes the model's
+outputs.
 
 Each token *samples* its experts: ``log(p_e)`` plus fresh Gumbel noise is added to the router logits before
 vLLM's top-k, and the top k of ``log(p_e) + Gumbel`` are k draws without replacement with probability ``p_e``
@@ -40,14 +44,17 @@ class RouterBiasError(ValueError):
 
 @dataclass(frozen=True)
 class RouterBias:
-    kind: str  # "zipf"
-    exponent: float
+    kind: str  # "zipf" or "uniform"
+    exponent: float  # 0 for uniform: every expert equally popular
     seed: int | None = None
 
     def logits(self, num_experts: int, layer: int) -> torch.Tensor:
-        """The bias of one layer, float32 [num_experts]: log of the Zipf popularity of each expert's rank."""
+        """The bias of one layer, float32 [num_experts]: log of the popularity of each expert's rank (up to a
+        constant, which top-k ignores)."""
         import torch
 
+        if self.kind == "uniform":
+            return torch.zeros(num_experts, dtype=torch.float32)
         ranks = torch.arange(1, num_experts + 1, dtype=torch.float64)
         bias = -self.exponent * torch.log(ranks)
         if self.seed is not None:
@@ -57,13 +64,15 @@ class RouterBias:
 
 
 def parse_router_bias(raw: str | None) -> RouterBias | None:
-    """``zipf:S`` or ``zipf:S:SEED`` (S > 0); empty or unset: None."""
+    """``uniform``, ``zipf:S`` or ``zipf:S:SEED`` (S > 0); empty or unset: None."""
     if not raw:
         return None
+    if raw == "uniform":
+        return RouterBias("uniform", 0.0)
     parts = raw.split(":")
     try:
         if parts[0] != "zipf" or len(parts) not in (2, 3):
-            raise ValueError("expected zipf:S or zipf:S:SEED")
+            raise ValueError("expected uniform, zipf:S or zipf:S:SEED")
         exponent = float(parts[1])
         seed = int(parts[2]) if len(parts) == 3 else None
         if not (exponent > 0 and math.isfinite(exponent)):

@@ -367,7 +367,8 @@ def test_the_router_bias_is_parsed_strictly() -> None:
     s = load_settings({**env, "MOEPERF_ROUTER_BIAS": "zipf:1.2:7"})
     assert s is not None and s.router_bias == RouterBias("zipf", 1.2, 7)
     assert parse_router_bias("zipf:2") == RouterBias("zipf", 2.0, None) and parse_router_bias("") is None
-    for bad in ("uniform:1", "zipf", "zipf:-1", "zipf:x", "zipf:1:2:3"):
+    assert parse_router_bias("uniform") == RouterBias("uniform", 0.0)
+    for bad in ("uniform:1", "Uniform", "zipf", "zipf:-1", "zipf:x", "zipf:1:2:3"):
         with pytest.raises(PluginConfigError, match="MOEPERF_ROUTER_BIAS"):
             load_settings({**env, "MOEPERF_ROUTER_BIAS": bad})
 
@@ -426,6 +427,35 @@ def test_a_zipf_bias_samples_each_tokens_experts_as_the_tuner_does(routers: list
     assert torch.allclose(seen, tuner, atol=0.01), (seen, tuner)  # shares within 1 point of the tuner's
     bf16 = biases.apply(routers[0], torch.zeros(3, E, dtype=torch.bfloat16))
     assert bf16.dtype == torch.bfloat16 and biases.apply(object(), bf16) is bf16  # unbound router: untouched
+
+
+def test_a_uniform_bias_spreads_a_tied_router_as_the_tuners_uniform_routing(routers: list[object]) -> None:
+    """A dummy-weight model's router ties (measured on the H200: every token to experts 0-7 of 128). Through vLLM's
+    own router, tied logits alone send every token to the same k experts; with ``uniform`` every expert is drawn
+    about equally."""
+    from moe_opt.bench.routing_dist import sample_routing
+
+    counts, layers = _bound(routers[:1], ["model.layers.0.mlp.experts"], max_tokens=4096)
+    tied = torch.zeros(4096, E)
+    routers[0].select_experts(torch.randn(4096, 16), tied)  # type: ignore[attr-defined]
+    used = [e for e in range(E) if counts.counts[0, e] > 0]  # the collapse, reproduced: k experts take every token
+    assert len(used) == K and all(int(counts.counts[0, e]) == 4096 for e in used)  # (which k: top-k's tie-break)
+    before = counts.counts[0, :E].clone()
+    biases = LayerBiases()
+    biases.bind(routers[0], parse_router_bias("uniform").logits(E, layer=0), "cpu")  # type: ignore[union-attr]
+    activate_biases(biases)
+    torch.manual_seed(5)
+    try:
+        for _ in range(5):
+            routers[0].select_experts(torch.randn(4096, 16), tied)  # type: ignore[attr-defined]
+    finally:
+        activate_biases(None)
+    row = counts.counts[0, :E] - before
+    seen = row.double() / row.sum()
+    _, ids = sample_routing("uniform", 5 * 4096, E, K, seed=6, device="cpu")
+    tuner = torch.bincount(ids.flatten().long(), minlength=E).double() / ids.numel()
+    assert int((row > 0).sum()) == E
+    assert torch.allclose(seen, tuner, atol=0.01), (seen, tuner)
 
 
 def test_ids_of_another_integer_type_are_counted_too() -> None:
