@@ -247,6 +247,15 @@ def seal(journal: Path, sort: bool = True) -> SealedRecords:
     return SealedRecords(path=target, rows=table.num_rows, sha256=sha256_of(target), torn_tail=torn)
 
 
+def write_sealed(journal: Path, cols: RecordColumns) -> SealedRecords:
+    """Records already in memory (pooled, or a subset of an arm's) as a sealed Parquet file, through a journal
+    at ``journal`` like any arm's, so they are sorted and checksummed the same way."""
+    writer = RecordJournal(journal)
+    writer.append_columns(cols)
+    writer.close()
+    return seal(journal)
+
+
 class RecordsChecksumError(ValueError):
     pass
 

@@ -29,7 +29,7 @@ import yaml
 
 from cluster.orchestration.arm_records import RecordsOutcome
 from experiment.config import ConfigError, ExperimentConfig
-from result_format.records_store import JOURNAL_SUFFIX, RecordJournal, seal
+from result_format.records_store import JOURNAL_SUFFIX, write_sealed
 from result_format.run_result import ArmResult, ExpertLoad, LevelResult, RunResult, load_run
 from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
@@ -107,10 +107,7 @@ def _levels(cfg: ExperimentConfig, template: Sequence[LevelResult], cols: Record
 
 def _combine_arm(cfg: ExperimentConfig, parts: Sequence[ArmResult], out_dir: Path) -> ArmResult:
     cols = RecordColumns.concat([p.columns for p in parts])
-    journal = RecordJournal(out_dir / "records" / f"{parts[0].name}{JOURNAL_SUFFIX}")
-    journal.append_columns(cols)
-    journal.close()
-    sealed = seal(journal.path)
+    sealed = write_sealed(out_dir / "records" / f"{parts[0].name}{JOURNAL_SUFFIX}", cols)
     outcome = RecordsOutcome.of(sealed, cols, out_dir, cfg.slo, cfg.client.max_dispatch_lag_p99_ms)
     failed = [p for p in parts if p.status != "ok"]
     compiles = [p.triton_compiles_in_window for p in parts]

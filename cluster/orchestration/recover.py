@@ -28,10 +28,9 @@ from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import (
     JOURNAL_SUFFIX,
     PARQUET_SUFFIX,
-    RecordJournal,
     SealedRecords,
     read_columns,
-    seal,
+    write_sealed,
 )
 from result_format.run_result import ArmResult, LevelResult, RunResult
 from workloads.metrics import summarize_level
@@ -109,10 +108,7 @@ def _level_results(cfg: ExperimentConfig, schedule: Schedule, records: RecordCol
 
 
 def _write_sealed(records_dir: Path, name: str, cols: RecordColumns) -> SealedRecords:
-    journal = RecordJournal(records_dir / f"{name}{JOURNAL_SUFFIX}")
-    journal.append_columns(cols)
-    journal.close()
-    return seal(journal.path)
+    return write_sealed(records_dir / f"{name}{JOURNAL_SUFFIX}", cols)
 
 
 def _keep_rounds(records_dir: Path, name: str, records: RecordColumns, rounds: list[int]) -> tuple[_Arm, int]:
