@@ -150,18 +150,8 @@ def synthetic_sweep_run(
                 mine += _level_records(a, i, truth, sched, warmup_per_level, rnd, off, rng, sigma, slo)
             records += mine
             lv = sweep.levels[i]
-            level_results.append(
-                LevelResult(
-                    index=i,
-                    label=lv.label(),
-                    kind=lv.kind,
-                    load=lv.load,
-                    load_unit=lv.load_unit,
-                    requests_planned=n,
-                    warmup_requests=warmup_per_level,
-                    summary=summarize([r for r in mine if not r.warmup], slo),
-                )
-            )
+            summary = summarize([r for r in mine if not r.warmup], slo)
+            level_results.append(LevelResult.of(i, lv, n, warmup_per_level, summary))
         total = n * len(levels) * rounds
         arm_results.append(
             ArmResult(

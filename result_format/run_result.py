@@ -20,6 +20,7 @@ from experiment.config import ExperimentConfig
 from moe_opt.flags import FlagStatus, OptimizationFlags
 from result_format.records_store import read_columns
 from workloads.health import ClientBound, ClientHealth
+from workloads.levels import AnyLoadLevel
 from workloads.metrics import ArmSummary
 from workloads.record_columns import RecordColumns
 from workloads.records import RequestRecord
@@ -171,6 +172,22 @@ class LevelResult(_Model):
     requests_planned: int = Field(description="Requests per round, warm-up share included.")
     warmup_requests: int = Field(description="Of which the first ones, sent but not measured (per round).")
     summary: ArmSummary | None = Field(description="Measured requests only; null when none finished.")
+
+    @classmethod
+    def of(
+        cls, index: int, spec: AnyLoadLevel, requests_planned: int, warmup_requests: int, summary: ArmSummary | None
+    ) -> LevelResult:
+        """A level's result named and placed on the load axis by its spec in ``sweep.levels``."""
+        return cls(
+            index=index,
+            label=spec.label(),
+            kind=spec.kind,
+            load=spec.load,
+            load_unit=spec.load_unit,
+            requests_planned=requests_planned,
+            warmup_requests=warmup_requests,
+            summary=summary,
+        )
 
 
 class ExpertLoad(_Model):

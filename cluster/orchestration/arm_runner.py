@@ -638,16 +638,6 @@ class ArmRunner:
         for lv in self.levels:
             assert lv.index is not None
             spec = sweep.levels[lv.index]
-            out.append(
-                LevelResult(
-                    index=lv.index,
-                    label=lv.label,
-                    kind=spec.kind,
-                    load=spec.load,
-                    load_unit=spec.load_unit,
-                    requests_planned=len(lv.requests),
-                    warmup_requests=lv.warmup_requests,
-                    summary=summarize_level(records, lv.index, self.cfg.slo),
-                )
-            )
+            summary = summarize_level(records, lv.index, self.cfg.slo)
+            out.append(LevelResult.of(lv.index, spec, len(lv.requests), lv.warmup_requests, summary))
         return out

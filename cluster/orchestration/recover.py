@@ -92,18 +92,7 @@ def _level_results(cfg: ExperimentConfig, schedule: Schedule, records: RecordCol
     out = []
     for i, spec in enumerate(cfg.sweep.levels):
         warmup = schedule.requests.warmup[starts[i] : starts[i + 1]]
-        out.append(
-            LevelResult(
-                index=i,
-                label=spec.label(),
-                kind=spec.kind,
-                load=spec.load,
-                load_unit=spec.load_unit,
-                requests_planned=int(warmup.size),
-                warmup_requests=int(warmup.sum()),
-                summary=summarize_level(records, i, cfg.slo),
-            )
-        )
+        out.append(LevelResult.of(i, spec, int(warmup.size), int(warmup.sum()), summarize_level(records, i, cfg.slo)))
     return out
 
 
