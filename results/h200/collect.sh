@@ -6,5 +6,10 @@ C=${CAMPAIGN_DIR:-$HOME/campaign}
 end=$((SECONDS + ${1:-540}))
 while [ ! -f "$C/done" ] && [ $SECONDS -lt $end ]; do sleep 5; done
 cat "$C/progress" 2>/dev/null
+# Routing as the engines count it (launch.sh --prometheus): experts that got tokens per layer, and the hottest
+# expert's share, per engine. A dummy model without a router bias shows k experts each at 1/k (collapsed).
+curl -s --max-time 5 'http://127.0.0.1:9090/api/v1/query' --data-urlencode \
+  'query=count by (arm, instance) (max by (arm, instance, expert) (last_over_time(moeperf_expert_tokens_total{layer="0"}[30m])) > 0)' 2>/dev/null |
+  python3 -c 'import json,sys; [print("routing: arm", r["metric"].get("arm"), r["metric"].get("instance"), "experts used in layer 0:", r["value"][1]) for r in json.load(sys.stdin)["data"]["result"]]' 2>/dev/null
 tail -3 "$C"/*.log 2>/dev/null | cut -c1-300
 tar -czf "$OUT/campaign.tgz" -C "$C" --exclude='*/jit-cache' . && ls -la "$OUT"
