@@ -1,11 +1,12 @@
 """How the engines routed tokens to experts while they served: the report's check of ``arms[].expert_load``.
 
 Why: kernel choices that depend on routing (tiles tuned for a skew, padding per expert) are only tested by a run
-whose routing has that skew, and nothing else in a result shows it. A dummy-weight model routes almost uniformly
-unless ``MOEPERF_ROUTER_BIAS`` skews it; a bias that is too strong does not skew it but collapses it, every token
-to the same k experts (measured on the H200 on 2026-12-02 before the bias sampled: 8 of 256 experts got every
-token in every layer), and an A/B of tuned tiles then compares something no deployment runs. The report says so
-in one table per run and a warning line per arm, from the result file alone.
+whose routing has that skew, and nothing else in a result shows it. A dummy-weight model's router can tie and
+collapse: every token to the same k experts (on the H200, 48 layers of Qwen3-30B-A3B's shapes in FP8 without a
+bias, 2026-12-03: experts 0-7 of 128 in every layer); so could a constant bias (2026-12-02, before the bias
+sampled: 8 of 256). An A/B then compares something no deployment runs. ``MOEPERF_ROUTER_BIAS=uniform`` or
+``zipf:S`` makes each token draw its experts. The report says so in one table per run and a warning line per arm,
+from the result file alone.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class ArmRouting:
         return (
             f"{self.arm}: in {self.collapsed_layers} of {self.layers} MoE layers every token went to the same "
             f"{self.collapsed_width} of {self.experts} experts (each got exactly the same count): the routing is "
-            "collapsed, not skewed, and results that depend on routing do not describe a served model."
+            "collapsed, and results that depend on routing do not describe a served model (a dummy-weight model: "
+            "set engine.env MOEPERF_ROUTER_BIAS to uniform or zipf:S)."
         )
 
 
