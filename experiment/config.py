@@ -57,7 +57,9 @@ class ModelSpec(FrozenStrictModel):
     )
 
 
-CacheState = Literal["shared_warm", "cold_per_arm", "as_found"]
+CacheState = Literal["shared_warm", "seeded", "cold_per_arm", "as_found"]
+RUN_CACHE_STATES = frozenset({"shared_warm", "seeded"})
+"""Cache states in which every engine of the run shares the run's one JIT cache, ``<run_dir>/jit-cache``."""
 
 
 class EngineSpec(FrozenStrictModel):
@@ -86,8 +88,18 @@ class EngineSpec(FrozenStrictModel):
         "a warm-up pass fills before the first measured arm (one unmeasured replay per distinct arm setting), as "
         "a long-running service would have it. 'cold_per_arm': every engine gets empty caches and pays its own "
         "compiles. 'as_found': whatever the node's caches hold (arms may start in different states; the report "
-        "marks comparisons where one side compiled and the other did not). Old files' fresh_triton_cache: true "
-        "reads as cold_per_arm, false as as_found.",
+        "marks comparisons where one side compiled and the other did not). 'seeded': like shared_warm, but the "
+        "run's cache starts as a copy of jit_cache_seed (the jit-cache folder an earlier run of the same engine "
+        "left) and there is no warm-up pass, so a short GPU hold spends its time on measured rounds. Old files' "
+        "fresh_triton_cache: true reads as cold_per_arm, false as as_found.",
+    )
+    jit_cache_seed: str | None = Field(
+        None,
+        min_length=1,
+        description="With cache_state 'seeded' (and only then): a folder holding the JIT caches of an earlier run "
+        "of the same model, vLLM and kernels, i.e. that run's <run_dir>/jit-cache (subfolders triton, inductor, "
+        "vllm). Copied into the new run's cache before any engine starts. A seed that lacks a kernel the arms "
+        "need shows as compiles in the measured window.",
     )
     warmup_pass_fraction: float = Field(
         1.0,
@@ -125,6 +137,20 @@ class EngineSpec(FrozenStrictModel):
                 raise ValueError("fresh_triton_cache: replaced by cache_state; give cache_state only")
             data["cache_state"] = "cold_per_arm" if fresh else "as_found"
         return data
+
+    @model_validator(mode="after")
+    def _seed_with_seeded(self) -> EngineSpec:
+        """A seed without 'seeded' would be silently unused; 'seeded' without one would start cold."""
+        if self.cache_state == "seeded" and self.jit_cache_seed is None:
+            raise ValueError("cache_state seeded needs jit_cache_seed (an earlier run's <run_dir>/jit-cache)")
+        if self.cache_state != "seeded" and self.jit_cache_seed is not None:
+            raise ValueError(f"jit_cache_seed is used only with cache_state seeded, not {self.cache_state}")
+        return self
+
+    @property
+    def shares_run_cache(self) -> bool:
+        """Every engine of the run starts from the run's one JIT cache (``<run_dir>/jit-cache``)."""
+        return self.cache_state in RUN_CACHE_STATES
 
     @property
     def fresh_triton_cache(self) -> bool:

@@ -74,9 +74,9 @@ class EngineActor:
         self.run_id, self.arm, self.flags, self.model, self.engine = run_id, arm, flags, model, engine
         self.device, self.gpu_ids = device, gpu_ids
         self.jit_cache_dir = None if jit_cache_dir is None else Path(jit_cache_dir)
-        if engine.cache_state == "shared_warm" and self.jit_cache_dir is None:
+        if engine.shares_run_cache and self.jit_cache_dir is None:
             raise MissingSharedJitCache(
-                f"arm {arm}: engine.cache_state shared_warm needs the run's shared JIT cache dir "
+                f"arm {arm}: engine.cache_state {engine.cache_state} needs the run's shared JIT cache dir "
                 "(EngineActor jit_cache_dir=<run_dir>/jit-cache); none was given"
             )
         self.server: ServerProcess | None = None

@@ -87,21 +87,21 @@ def server_argv(
 
 
 class MissingSharedJitCache(ValueError):
-    """cache_state shared_warm without the run's shared cache dir: the engine would start as found instead."""
+    """cache_state shared_warm or seeded without the run's shared cache dir: the engine would start as found instead."""
 
 
 def jit_cache_dir_for(engine: EngineSpec, shared_dir: Path | None, fresh_parent: Path) -> Path | None:
     """The JIT cache dir of one engine start, by ``engine.cache_state``.
 
-    shared_warm: ``shared_dir``, the run's one cache (the same for every engine of the run, so every arm
-    starts as warm as the others once the warm-up pass filled it); cold_per_arm: a new empty dir under
-    ``fresh_parent``, per start; as_found: None, the node's caches as they are.
+    shared_warm and seeded: ``shared_dir``, the run's one cache (the same for every engine of the run, so
+    every arm starts as warm as the others once the warm-up pass or the seed filled it); cold_per_arm: a new
+    empty dir under ``fresh_parent``, per start; as_found: None, the node's caches as they are.
     """
-    if engine.cache_state == "shared_warm":
+    if engine.shares_run_cache:
         if shared_dir is None:
             raise MissingSharedJitCache(
-                "engine.cache_state shared_warm needs the run's shared JIT cache dir (EngineActor jit_cache_dir, "
-                "<run_dir>/jit-cache); none was given"
+                f"engine.cache_state {engine.cache_state} needs the run's shared JIT cache dir "
+                "(EngineActor jit_cache_dir, <run_dir>/jit-cache); none was given"
             )
         shared_dir.mkdir(parents=True, exist_ok=True)
         return shared_dir

@@ -80,7 +80,7 @@ SETTLE_TIMEOUT_S = 10.0  # longest wait for the plugin to publish the routing of
 SETTLE_POLL_S = 0.05
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 JIT_CACHE_DIR = "jit-cache"
-"""The run's shared JIT cache, ``<run_dir>/jit-cache``, with ``engine.cache_state: shared_warm``."""
+"""The run's shared JIT cache, ``<run_dir>/jit-cache``, with ``engine.cache_state`` shared_warm or seeded."""
 
 OnRecords = Callable[[str, int, int], None]
 """(arm, records that arrived, how many of them failed or were never sent): progress reporting."""
@@ -182,8 +182,8 @@ class ArmRunner:
         self.client_health: list[ClientHealth] = []
         self.rounds_done = 0
         self.records_path = self.records.path
-        # Every engine of a shared_warm run gets the same cache; cold_per_arm / as_found: the actor decides.
-        self.jit_cache_dir = str(run_dir / JIT_CACHE_DIR) if cfg.engine.cache_state == "shared_warm" else None
+        # Every engine of a shared_warm or seeded run gets the same cache; cold_per_arm / as_found: the actor decides.
+        self.jit_cache_dir = str(run_dir / JIT_CACHE_DIR) if cfg.engine.shares_run_cache else None
         self.pg: Any = None
         self.engine: Any = None
         self.clients: list[Any] = []

@@ -8,8 +8,9 @@ with interleaved placement every round starts a fresh engine per arm, so a round
 whichever hold it ran in; the analysis takes the engine-instance variance from the spread of those pairs
 (and from the A/A control's) and a hold-to-hold shift that hits both arms of a round cancels in their
 ratio. What cannot be pooled is refused: a different experiment (any setting but the name of the run,
-its output folder and its rounds), rounds that overlap (their prompts would repeat), or placement
-``parallel`` (its engines stay up across a run's rounds, which the analysis takes as one pair).
+its output folder, its rounds and how its JIT cache was warmed), rounds that overlap (their prompts
+would repeat), or placement ``parallel`` (its engines stay up across a run's rounds, which the analysis
+takes as one pair).
 
 The combined folder holds a ``result.json`` like a run's (records concatenated per arm and sealed anew,
 counts and per-level summaries recomputed, window metrics and compile counts summed, compile events kept
@@ -36,6 +37,21 @@ from workloads.record_columns import RecordColumns
 
 # Settings that may differ between the runs pooled: where a run was written and which of its rounds it ran.
 PER_RUN_FIELDS = frozenset({"output_dir", "ray_address", "rounds", "first_round"})
+# And how a run's shared JIT cache was warmed: a warm-up pass (shared_warm, of some length) or a seed from an
+# earlier run (seeded). Either way every measured engine starts warm, and the compiles each measured window
+# counts show where one did not.
+WARMING_FIELDS = ("engine.jit_cache_seed", "engine.warmup_pass_fraction")
+
+
+def _comparable(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The config as JSON, without what may differ between the runs pooled."""
+    data = cfg.model_dump(mode="json", exclude=set(PER_RUN_FIELDS))
+    engine = data["engine"]
+    for field in WARMING_FIELDS:
+        engine.pop(field.split(".", 1)[1], None)
+    if engine.get("cache_state") == "seeded":
+        engine["cache_state"] = "shared_warm"
+    return data
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[str]:
@@ -52,13 +68,14 @@ def check_poolable(runs: Sequence[RunResult], names: Sequence[str]) -> None:
     """Raise ``ConfigError`` naming the run and the setting when ``runs`` are not one experiment's rounds."""
     if len(runs) < 2:
         raise ConfigError("combine needs two runs or more")
-    first = runs[0].config.model_dump(mode="json", exclude=set(PER_RUN_FIELDS))
+    first = _comparable(runs[0].config)
     for run, name in zip(runs[1:], names[1:], strict=True):
-        diff = _differences(first, run.config.model_dump(mode="json", exclude=set(PER_RUN_FIELDS)))
+        diff = _differences(first, _comparable(run.config))
         if diff:
             raise ConfigError(
                 f"{name}: not the same experiment as {names[0]}: {', '.join(diff)} differ(s); only "
-                f"{', '.join(sorted(PER_RUN_FIELDS))} may"
+                f"{', '.join(sorted(PER_RUN_FIELDS))} and how the JIT cache was warmed (cache_state shared_warm "
+                f"or seeded, {', '.join(WARMING_FIELDS)}) may"
             )
     if runs[0].config.placement != "interleaved":
         raise ConfigError(

@@ -32,8 +32,9 @@ import yaml
 
 from cluster.engine.actor import Device
 from cluster.engine.api_key import run_api_key
+from cluster.engine.jit_seed import copy_seed, seed_problem
 from cluster.observability.environment import node_environment
-from cluster.orchestration.arm_runner import START_DELAY_S, ArmRunner
+from cluster.orchestration.arm_runner import JIT_CACHE_DIR, START_DELAY_S, ArmRunner
 from cluster.orchestration.fault_injection import FaultSpecError, RunHooks, hooks_for, run_hooks_for
 from cluster.orchestration.progress import Progress, make_progress
 from cluster.orchestration.run_metrics import RunMetrics
@@ -108,7 +109,8 @@ def plan_turns(cfg: ExperimentConfig) -> list[Turn]:
 
     shared_warm: one warm-up turn per distinct setting, all before the first measured turn, one
     after another (also when arms run in parallel: each fills the cache alone, and the resources
-    reserved for the arms hold any one engine). cold_per_arm and as_found: no warm-up turn.
+    reserved for the arms hold any one engine). seeded (the seed did the warming), cold_per_arm and
+    as_found: no warm-up turn.
     """
     turns: list[Turn] = []
     if cfg.engine.cache_state == "shared_warm":
@@ -151,6 +153,9 @@ def plan_run(cfg: ExperimentConfig, base_dir: Path | None) -> tuple[Schedule, li
         p = Path(path).expanduser()
         if not (p / "config.json").is_file():
             raise RunError(f"model.path: {p} is not a model directory (no config.json)")
+    seed = cfg.engine.jit_cache_seed
+    if seed is not None and (problem := seed_problem(seed)):  # checked here too: a result must load anywhere
+        raise RunError(f"engine.jit_cache_seed: {problem}")
     for i, arm in enumerate(cfg.arms):  # checked here, not in the model: a saved result must load anywhere
         folder = arm.flags.tuned_config_dir
         if folder is not None and (problem := folder_problem(folder)):
@@ -242,6 +247,7 @@ class Driver:
         self.runners: list[ArmRunner] = []
         self.warmups: dict[str, _Warmup] = {}
         self.levels: list[LevelPlan] = []
+        self.seed_note: str | None = None  # engine.cache_state seeded: what the run's cache started from
         self.api_key = run_api_key(cfg.engine)  # a ConfigError (exit 2) before anything starts; never written
 
     def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
@@ -279,6 +285,7 @@ class Driver:
         interrupted, error = False, None
         try:
             env = self._write_inputs(schedule)
+            self._seed_jit_cache()
             self._start_metrics()
             self.runners = self._runners(schedule, device)
             self._run_turns(hooks)
@@ -294,6 +301,15 @@ class Driver:
             self.progress.close()
             self._stop_metrics()
         return self._finish(schedule, env, interrupted, error, started_ray)
+
+    def _seed_jit_cache(self) -> None:
+        """engine.cache_state seeded: the run's cache starts as a copy of the seed, before any engine."""
+        seed = self.cfg.engine.jit_cache_seed
+        if seed is None:
+            return
+        files, size = copy_seed(seed, self.run_dir / JIT_CACHE_DIR)
+        self.seed_note = f"JIT cache seeded from {seed}: {files} files, {size / 1e6:.1f} MB; no warm-up pass"
+        logger.info("%s", self.seed_note)
 
     def _finish(
         self, schedule: Schedule, env: dict[str, Any], interrupted: bool, error: str | None, started_ray: bool
@@ -474,6 +490,8 @@ class Driver:
     def _result(self, schedule: Schedule, env: dict[str, object], interrupted: bool, error: str | None) -> RunResult:
         arms = [self._arm_result(r, interrupted, error) for r in self.runners]
         notes = [f"arm {r.arm.name}: {n}" for r in self.runners for n in r.notes]
+        if self.seed_note is not None:
+            notes.insert(0, self.seed_note)
         if schedule.clipped_input or schedule.clipped_output:
             notes.append(
                 f"clipped to the engine: {schedule.clipped_input} prompt(s), {schedule.clipped_output} output(s)"

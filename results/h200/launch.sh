@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Start one hold's campaign on the H200 machine, detached, from a copy of the repo under $HOME (each call
 # re-lays the working tree; a job must not run from it). From the repo root, after the stash calls:
-#   bash results/h200/launch.sh [--flashinfer] [--prometheus] [--runner SCRIPT] EXPERIMENT...
+#   bash results/h200/launch.sh [--flashinfer] [--prometheus] [--seed] [--runner SCRIPT] EXPERIMENT...
 # --flashinfer also resumes FlashInfer's CUTLASS MoE build (flashinfer-build.sh) on CPUs 8-15, and the
 # experiments then run pinned to CPUs 0-7 so that the build's nvcc jobs do not share their cores.
 # --prometheus starts the Debian package's Prometheus, carried in as .prom/prometheus.xz (made here by
 # `bash results/h200/prometheus-pack.sh`; git-ignored), with the shipped config and 1 s scrapes, so that
 # it scrapes every engine and the client metrics of the runs; after each run, every dashboard query is
 # run against it (`moeperf dashboards check`, into the run folder's dashboards-check.json).
+# --seed starts every engine from the JIT cache an earlier hold packed (jit-seed.sh; carried in as .jit/,
+# git-ignored): the runs get --engine.cache_state seeded, so no warm-up pass and no cold first engine.
 # --runner SCRIPT runs SCRIPT (e.g. results/h200/tune-proof.sh) instead of studies.sh, with the same arguments.
 # Then `bash results/h200/collect.sh 540` in back-to-back calls (within 30 s of each other) until done.
 set -u
-fi=0; prom=0; runner=results/h200/studies.sh
+fi=0; prom=0; seed=0; runner=results/h200/studies.sh
 while [ $# -gt 0 ]; do
-  case "$1" in --flashinfer) fi=1 ;; --prometheus) prom=1 ;; --runner) runner=$2; shift ;; *) break ;; esac; shift
+  case "$1" in
+    --flashinfer) fi=1 ;; --prometheus) prom=1 ;; --seed) seed=1 ;; --runner) runner=$2; shift ;; *) break ;;
+  esac; shift
 done
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dst=$HOME/moeperf
@@ -25,6 +29,10 @@ if [ $prom = 1 ]; then
   PATH=$HOME/prom/bin:$PATH PYTHONPATH=$PWD:$HOME/moeperf-stash/site setsid nohup python3 -m dashboards.cli prometheus \
     --port 9090 --data "$HOME/prom/data" --scrape-interval 1s >"$HOME/prom/serve.log" 2>&1 </dev/null &
   export MOEPERF_DASHBOARDS_CHECK=http://127.0.0.1:9090
+fi
+if [ $seed = 1 ]; then
+  bash results/h200/jit-seed.sh unpack
+  export MOEPERF_ARGS="${MOEPERF_ARGS:-} --engine.cache_state seeded --engine.jit_cache_seed $HOME/jit-seed"
 fi
 cpus=0-$(( $(nproc) - 1 ))
 if [ $fi = 1 ]; then bash results/h200/flashinfer-build.sh start 8-15 8; cpus=0-7; fi

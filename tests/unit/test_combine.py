@@ -144,3 +144,22 @@ def test_first_round_continues_the_abba_order_and_numbering():
                             "arms": [{"name": "a"}, {"name": "b"}]})  # fmt: skip
     turns = [(t.round, t.names[0]) for t in plan_turns(cfg)]
     assert turns == [(3, "b"), (3, "a"), (4, "a"), (4, "b")]
+
+
+def test_a_hold_warmed_by_a_seed_pools_with_one_warmed_by_a_pass(tmp_path):
+    """How the cache got warm (a warm-up pass, or a seed from an earlier hold) is not the experiment."""
+    whole = _four_rounds()
+    _write_part(whole, [0, 1], tmp_path, "hold-1")
+    _write_part(whole, [2, 3], tmp_path, "hold-2")
+    for name, engine in (("hold-1", {"cache_state": "shared_warm", "warmup_pass_fraction": 0.25}),
+                         ("hold-2", {"cache_state": "seeded", "jit_cache_seed": "/seed/jit-cache"})):  # fmt: skip
+        data = json.loads((tmp_path / name / "result.json").read_text())
+        data["config"]["engine"].update(engine)
+        (tmp_path / name / "result.json").write_text(json.dumps(data))
+    pooled = combine([tmp_path / "hold-1", tmp_path / "hold-2"], tmp_path / "c", ["t"])
+    assert sorted(pooled.arms[0].columns.rounds()) == [0, 1, 2, 3]
+    data = json.loads((tmp_path / "hold-2" / "result.json").read_text())
+    data["config"]["engine"].update({"cache_state": "cold_per_arm", "jit_cache_seed": None})
+    (tmp_path / "hold-2" / "result.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"engine\.cache_state differ"):  # a cold engine is another experiment
+        combine([tmp_path / "hold-1", tmp_path / "hold-2"], tmp_path / "c2", ["t"])

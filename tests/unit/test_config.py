@@ -145,3 +145,12 @@ def test_a_control_of_a_flagged_arm_reads_back_from_the_saved_config():
     saved["arms"][1]["flags"] = {"swap_ab": True}
     with pytest.raises(ValidationError, match="an A/A control must have the flags of 'off'"):
         ExperimentConfig.model_validate(saved)
+
+
+def test_seeded_needs_a_seed_and_a_seed_needs_seeded():
+    ok = parse_experiment({"engine": {"cache_state": "seeded", "jit_cache_seed": "/runs/r/jit-cache"}}).engine
+    assert ok.shares_run_cache and ok.jit_cache_seed == "/runs/r/jit-cache"
+    with pytest.raises(ConfigError, match="cache_state seeded needs jit_cache_seed"):
+        parse_experiment({"engine": {"cache_state": "seeded"}})
+    with pytest.raises(ConfigError, match="jit_cache_seed is used only with cache_state seeded, not shared_warm"):
+        parse_experiment({"engine": {"cache_state": "shared_warm", "jit_cache_seed": "/runs/r/jit-cache"}})

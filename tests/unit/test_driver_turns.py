@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.orchestration.driver import Driver, Turn, arm_settings, plan, plan_turns
+from cluster.orchestration.driver import Driver, RunError, Turn, arm_settings, plan, plan_turns
 from experiment.config import parse_experiment
 
 ARMS = [
@@ -14,9 +14,10 @@ ARMS = [
 
 
 def cfg(cache_state="shared_warm", placement="interleaved", rounds=2, arms=ARMS):
+    seed = {"jit_cache_seed": "/earlier-run/jit-cache"} if cache_state == "seeded" else {}
     return parse_experiment(
         {
-            "engine": {"cache_state": cache_state, "enforce_eager": False},
+            "engine": {"cache_state": cache_state, "enforce_eager": False, **seed},
             "placement": placement,
             "rounds": rounds,
             "arms": arms,
@@ -62,8 +63,8 @@ def test_shared_warm_warms_before_the_parallel_rounds_too():
     assert turns[3] == Turn("measured", 0, ("baseline", "triton", "baseline-aa", "triton-eager"))
 
 
-@pytest.mark.parametrize("cache_state", ["cold_per_arm", "as_found"])
-def test_cold_per_arm_and_as_found_run_no_warm_up(cache_state):
+@pytest.mark.parametrize("cache_state", ["seeded", "cold_per_arm", "as_found"])
+def test_seeded_cold_per_arm_and_as_found_run_no_warm_up(cache_state):
     turns = plan_turns(cfg(cache_state=cache_state))
     assert turns and all(t.kind == "measured" for t in turns)
     assert len(turns) == 2 * len(ARMS)
@@ -101,3 +102,38 @@ def test_cold_per_arm_gets_no_warm_up_runner_and_no_shared_cache(tmp_path):
     d = driver_of(tmp_path, engine={"cache_state": "cold_per_arm"}, arms=ARMS)
     assert d.warmups == {}
     assert all(r.jit_cache_dir is None for r in d.runners)
+
+
+def test_a_seeded_run_copies_the_seed_into_its_one_cache_before_any_engine_and_says_so(tmp_path):
+    seed = tmp_path / "earlier" / "jit-cache"
+    (seed / "triton" / "ab12").mkdir(parents=True)
+    (seed / "triton" / "ab12" / "fused_moe_kernel.cubin").write_bytes(b"\x7fELF" + bytes(996))
+    (seed / "vllm" / "torch_compile_cache").mkdir(parents=True)
+    (seed / "vllm" / "torch_compile_cache" / "graph.py").write_text("x = 1\n")
+    d = driver_of(tmp_path / "runs", engine={"cache_state": "seeded", "jit_cache_seed": str(seed)}, arms=ARMS)
+    assert d.warmups == {}  # the seed did the warming
+    shared = d.run_dir / "jit-cache"
+    assert {r.jit_cache_dir for r in d.runners} == {str(shared)}
+    d._seed_jit_cache()
+    assert (shared / "triton" / "ab12" / "fused_moe_kernel.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert (shared / "vllm" / "torch_compile_cache" / "graph.py").read_text() == "x = 1\n"
+    assert d.seed_note == f"JIT cache seeded from {seed}: 2 files, 0.0 MB; no warm-up pass"
+    (shared / "triton" / "new").mkdir()  # the run's engines write to their copy, never to the seed
+    assert not (seed / "triton" / "new").exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: None, "is not a folder"),
+        (lambda p: (p / "triton").mkdir(parents=True), "holds no JIT cache"),
+    ],
+)
+def test_a_seed_that_is_missing_or_empty_stops_the_run_before_anything_starts(tmp_path, make, why):
+    seed = tmp_path / "seed"
+    make(seed)
+    c = parse_experiment(
+        {"engine": {"cache_state": "seeded", "jit_cache_seed": str(seed)}, "output_dir": str(tmp_path)}
+    )
+    with pytest.raises(RunError, match=f"engine.jit_cache_seed: .*{why}"):
+        plan(c, None)
