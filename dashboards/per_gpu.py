@@ -108,6 +108,8 @@ def gpu_row() -> list[object]:
         ("GPU memory used", "bytes", "moeperf_gpu_memory_used_bytes"),
         ("GPU SM clock", "hertz", "moeperf_gpu_sm_clock_hertz"),
         ("GPU power", "watt", "moeperf_gpu_power_watts"),
+        ("GPU memory clock", "hertz", "moeperf_gpu_memory_clock_hertz"),
+        ("GPU temperature", "celsius", "moeperf_gpu_temperature_celsius"),
     )
     panels: list[object] = [
         ts(title, unit, [Query(f"max by ({by}) ({metric}{R})", who)], GPU_ONLY, span=6)
@@ -136,6 +138,47 @@ def gpu_row() -> list[object]:
         )
     )
     return panels
+
+
+def host_row() -> list[object]:
+    """The host side of each engine's steps: two engines of one setting that differ while their GPUs do not
+    (seen on the H200 VM) differ here, if anywhere."""
+
+    def node(metric: str) -> str:  # node-wide: every rank of a node exports the same value
+        return f"max by (node) (rate({metric}{R}[{RATE}]))"
+
+    return [
+        ts(
+            "Worker CPU per second, by mode",
+            "percentunit",
+            [Query(rate("moeperf_rank_process_cpu_seconds_total", R, "arm, node, rank, mode"), WHO + " {{mode}}")],
+            f"{PLUGIN} CPU seconds per second of each rank's worker process (all threads): 1 = one core busy.",
+            span=6,
+        ),
+        ts(
+            "Worker involuntary context switches",
+            "ops",
+            [Query(rate("moeperf_rank_involuntary_switches_total", R, "arm, node, rank"), WHO)],
+            f"{PLUGIN} Times per second the kernel took a CPU from a runnable worker thread: contention for cores.",
+            span=6,
+        ),
+        ts(
+            "Node CPU steal",
+            "percentunit",
+            [Query(node("moeperf_node_cpu_steal_seconds_total"), "{{node}}")],
+            f"{PLUGIN} vCPU-seconds per second the hypervisor gave to others while this node's vCPUs were "
+            "runnable (all CPUs summed; 1 = one vCPU's worth). Zero on bare metal.",
+            span=6,
+        ),
+        ts(
+            "Node CPU pressure",
+            "percentunit",
+            [Query(node("moeperf_node_cpu_pressure_seconds_total"), "{{node}}")],
+            f"{PLUGIN} Share of time some task of the node waited for a CPU (Linux PSI); empty where the kernel "
+            "has no PSI.",
+            span=6,
+        ),
+    ]
 
 
 def routing_row() -> list[object]:
@@ -182,6 +225,7 @@ def build() -> object:
         ("Per-rank latency and steps", latency_row()),
         ("Cross-rank synchronisation", sync_row()),
         ("GPU telemetry (NVML; GPU only)", gpu_row()),
+        ("Host CPU of each engine", host_row()),
         ("MoE routing", routing_row()),
         ("Ranks", info_row()),
     )

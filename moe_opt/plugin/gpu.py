@@ -81,6 +81,9 @@ class NvmlSampler:
         self.set_gauge("moeperf_gpu_memory_total_bytes", float(mem.total))
         self.set_gauge("moeperf_gpu_sm_clock_hertz", nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM) * 1e6)
         self.set_gauge("moeperf_gpu_power_watts", nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+        self.set_gauge("moeperf_gpu_memory_clock_hertz", nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM) * 1e6)
+        temperature_c = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+        self.set_gauge("moeperf_gpu_temperature_celsius", float(temperature_c))
         reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
         reasons = reasons or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         self.set_gauge("moeperf_gpu_throttle_reasons", float(reasons(h)))

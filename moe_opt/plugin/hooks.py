@@ -31,6 +31,7 @@ from moe_opt.plugin.expert_load import (
     install_runner_join,
 )
 from moe_opt.plugin.gpu import NvmlSampler, identify
+from moe_opt.plugin.host import HostSampler
 from moe_opt.plugin.kernel_choices import install_config_sources, install_launch_counter, moe_layer_backends
 from moe_opt.plugin.metrics import EXPERT_TOKENS, EXPERT_TOKENS_UNPUBLISHED, PLUGIN_INFO, Metrics
 from moe_opt.plugin.patches import PatchTargetMissing, apply_flags, installed_vllm_version, not_applied_reason
@@ -199,6 +200,9 @@ def setup_rank(wrapper: Any) -> RankInstruments:
     sampler = NvmlSampler(gpu, inst.set_gauge, settings.gpu_poll_s)
     if sampler.start():
         STATE.keep.append(sampler)
+    host = HostSampler(inst.inc_counter, settings.gpu_poll_s)
+    if host.start():
+        STATE.keep.append(host)
     logger.info("moeperf: rank %d instrumented (%s), flags %s", rank, labels, status)
     return inst
 

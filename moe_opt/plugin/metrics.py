@@ -182,6 +182,34 @@ SPECS: tuple[MetricSpec, ...] = (
         COMPILE_BUCKETS_S,
     ),
     MetricSpec(
+        "moeperf_rank_process_cpu_seconds_total",
+        "counter",
+        (*RANK_LABELS, "mode"),
+        "CPU time of this rank's worker process (all its threads), by mode = user or system, since the plugin "
+        "started; sampled every MOEPERF_GPU_POLL_S seconds.",
+    ),
+    MetricSpec(
+        "moeperf_rank_involuntary_switches_total",
+        "counter",
+        RANK_LABELS,
+        "Involuntary context switches of this rank's worker threads (the kernel took the CPU from a runnable "
+        "thread), summed over the threads alive at each sample.",
+    ),
+    MetricSpec(
+        "moeperf_node_cpu_steal_seconds_total",
+        "counter",
+        RANK_LABELS,
+        "CPU time the node's hypervisor gave to others while this node's vCPUs were runnable (/proc/stat steal, "
+        "all CPUs summed); node-wide, the same on every rank of a node. Absent where the kernel has no steal field.",
+    ),
+    MetricSpec(
+        "moeperf_node_cpu_pressure_seconds_total",
+        "counter",
+        RANK_LABELS,
+        "Time some task of the node waited for a CPU (/proc/pressure/cpu 'some' total); node-wide, the same on "
+        "every rank of a node. Absent where the kernel has no PSI.",
+    ),
+    MetricSpec(
         "moeperf_gpu_utilization_ratio",
         "gauge",
         RANK_LABELS,
@@ -191,6 +219,8 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("moeperf_gpu_memory_total_bytes", "gauge", RANK_LABELS, "NVML total memory of this rank's GPU."),
     MetricSpec("moeperf_gpu_sm_clock_hertz", "gauge", RANK_LABELS, "NVML SM clock of this rank's GPU."),
     MetricSpec("moeperf_gpu_power_watts", "gauge", RANK_LABELS, "NVML power draw of this rank's GPU."),
+    MetricSpec("moeperf_gpu_memory_clock_hertz", "gauge", RANK_LABELS, "NVML memory (HBM) clock of this rank's GPU."),
+    MetricSpec("moeperf_gpu_temperature_celsius", "gauge", RANK_LABELS, "NVML core temperature of this rank's GPU."),
     MetricSpec(
         "moeperf_gpu_throttle_reasons",
         "gauge",

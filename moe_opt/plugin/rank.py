@@ -178,3 +178,7 @@ class RankInstruments:
 
     def set_gauge(self, name: str, value: float) -> None:
         self.metrics.get(name).labels(*self.labels.values()).set(value)
+
+    def inc_counter(self, name: str, amount: float, extra: tuple[str, ...] = ()) -> None:
+        """From a sampler thread, not the step path: unbuffered, a label lookup per call."""
+        self.metrics.get(name).labels(*self.labels.values(), *extra).inc(amount)

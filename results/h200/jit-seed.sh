@@ -11,8 +11,11 @@ set -euo pipefail
 C=${CAMPAIGN_DIR:-$HOME/campaign}
 case "${1:-}" in
   pack)
-    run=$(ls -td "$C"/runs/*/jit-cache | head -1)
+    # the newest run's own cache (-type d: not the link to an earlier seed's origin that unpack made)
+    run=$(find "$C/runs" -mindepth 2 -maxdepth 2 -name jit-cache -type d -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
     echo "packing $run ($(du -sh "$run" | cut -f1))"
+    # Inductor's generated code names its files by absolute path: keep where they were (unpack links it back).
+    echo "$run" >"$run/origin"
     tar -C "$run" -cf - . | xz -T0 -6 | split -b 15m -d - "$OUT/jit-seed.tar.xz."
     ls -la "$OUT"/jit-seed.tar.xz.* ;;
   keep)
@@ -24,6 +27,10 @@ case "${1:-}" in
     rm -rf "$HOME/jit-seed"
     mkdir -p "$HOME/jit-seed"
     xz -dc .jit/jit-seed.tar.xz | tar -C "$HOME/jit-seed" -xf -
+    origin=$(cat "$HOME/jit-seed/origin" 2>/dev/null ||
+      grep -rhoa '/[A-Za-z0-9_./-]*/runs/[^/]*/jit-cache' "$HOME/jit-seed/vllm" | head -1 || true)
+    if [ -n "$origin" ] && [ ! -e "$origin" ]; then mkdir -p "$(dirname "$origin")" && ln -s "$HOME/jit-seed" "$origin"; fi
+    echo "seed made at ${origin:-?}, linked there"
     du -sh "$HOME/jit-seed"/* ;;
   *) echo "usage: $0 pack | keep DIR | unpack" >&2; exit 2 ;;
 esac

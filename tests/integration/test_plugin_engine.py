@@ -16,6 +16,7 @@ from cluster.engine.server import EngineStartError, ServerProcess
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import TinyMoeSpec, ensure_tiny_model
 from moe_opt.flags import OptimizationFlags
+from moe_opt.plugin.host import NODE_CPU_PRESSURE
 from moe_opt.plugin.metrics import FUSED_MOE_LAUNCHES, GPU_SPECS, MOE_CONFIG_LOOKUPS, SPECS
 from tests.engine_http import Samples, complete, engine_server, poll, scrape, series, total
 
@@ -24,7 +25,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 COMPILE_SPECS = {"moeperf_triton_compiles_total", "moeperf_triton_cache_hits_total", "moeperf_triton_compile_seconds"}
 TRITON_MOE_SPECS = {FUSED_MOE_LAUNCHES, MOE_CONFIG_LOOKUPS}
 # What a CPU engine can show: no Triton kernel (nor vLLM's Triton MoE path) runs there and there is no GPU for NVML.
-CPU_VISIBLE = [s for s in SPECS if s not in GPU_SPECS and s.name not in COMPILE_SPECS | TRITON_MOE_SPECS]
+# Node CPU pressure exists only where the kernel has PSI.
+NO_PSI = set() if Path("/proc/pressure/cpu").exists() else {NODE_CPU_PRESSURE}
+CPU_VISIBLE = [s for s in SPECS if s not in GPU_SPECS and s.name not in COMPILE_SPECS | TRITON_MOE_SPECS | NO_PSI]
 DELAY_S = 0.05
 
 
