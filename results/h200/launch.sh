@@ -30,8 +30,9 @@ if [ $prom = 1 ]; then
     --port 9090 --data "$HOME/prom/data" --scrape-interval 1s >"$HOME/prom/serve.log" 2>&1 </dev/null &
   export MOEPERF_DASHBOARDS_CHECK=http://127.0.0.1:9090
 fi
-if [ $seed = 1 ]; then
-  bash results/h200/jit-seed.sh unpack
+if [ $seed = 1 ]; then  # unpacked here, or by an earlier call carrying .jit alone (`bash results/h200/jit-seed.sh unpack`)
+  if [ -f .jit/jit-seed.tar.xz ]; then bash results/h200/jit-seed.sh unpack; fi
+  [ -d "$HOME/jit-seed" ] || { echo "--seed: no .jit/jit-seed.tar.xz carried and no $HOME/jit-seed" >&2; exit 2; }
   export MOEPERF_ARGS="${MOEPERF_ARGS:-} --engine.cache_state seeded --engine.jit_cache_seed $HOME/jit-seed"
 fi
 cpus=0-$(( $(nproc) - 1 ))
