@@ -341,6 +341,15 @@ class ExperimentConfig(FrozenStrictModel):
         "get prompts of their own, the A B B A order and the sweep's level order carry on, and `moeperf combine` "
         "pools the runs into one result whose rounds are all of theirs.",
     )
+    time_budget_s: float | None = Field(
+        None,
+        gt=0,
+        description="Wall-clock seconds the run may take from its start, for a machine lent for a fixed time: a "
+        "round after the first starts only if the longest round so far (engine starts included) fits in what is "
+        "left. The rounds not started are named in the notes, and the result holds the rounds run as a whole run "
+        "of that many (config.rounds), so `--first_round` continues it and `moeperf combine` pools it. null: no "
+        "budget.",
+    )
     sweep: SweepSpec | None = Field(
         None,
         description="Load levels every arm runs on one engine per round (a throughput-latency curve per arm); "

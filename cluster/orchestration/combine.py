@@ -35,8 +35,9 @@ from result_format.run_result import ArmResult, ExpertLoad, LevelResult, RunResu
 from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 
-# Settings that may differ between the runs pooled: where a run was written and which of its rounds it ran.
-PER_RUN_FIELDS = frozenset({"output_dir", "ray_address", "rounds", "first_round"})
+# Settings that may differ between the runs pooled: where a run was written, which of its rounds it ran and in
+# what time.
+PER_RUN_FIELDS = frozenset({"output_dir", "ray_address", "rounds", "first_round", "time_budget_s"})
 # And how a run's shared JIT cache was warmed: a warm-up pass (shared_warm, of some length) or a seed from an
 # earlier run (seeded). Either way every measured engine starts warm, and the compiles each measured window
 # counts show where one did not.

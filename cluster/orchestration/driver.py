@@ -126,6 +126,45 @@ def plan_turns(cfg: ExperimentConfig) -> list[Turn]:
 
 
 @dataclass
+class RoundBudget:
+    """Whether the next round fits in what is left of ``time_budget_s``, judged by the longest round so far.
+
+    The first round always starts (nothing is known yet, and a run of no rounds answers nothing). A round
+    cut by the end of a lent machine leaves only journals and loses the engines' observations; a round not
+    started loses nothing that was measured.
+    """
+
+    budget_s: float | None
+    started_s: float
+    longest_s: float = 0.0
+    rounds_seen: int = 0
+    _round: int | None = None
+    _round_start_s: float = 0.0
+
+    def starts(self, round_index: int, now_s: float) -> bool:
+        """Called before each measured turn: True when it is the first turn of a new round."""
+        if round_index == self._round:
+            return False
+        self._round, self._round_start_s = round_index, now_s
+        self.rounds_seen += 1
+        return True
+
+    def turn_ended(self, round_index: int, now_s: float) -> None:
+        if round_index == self._round:
+            self.longest_s = max(self.longest_s, now_s - self._round_start_s)
+
+    def refuses(self, round_index: int, now_s: float) -> str | None:
+        """Why round ``round_index`` (just begun) must not run, or None."""
+        if self.budget_s is None or self.rounds_seen == 1:
+            return None
+        left_s = self.budget_s - (now_s - self.started_s)
+        if left_s >= self.longest_s:
+            return None
+        left = f"{left_s:.0f} s of time_budget_s={self.budget_s:.0f} left"
+        return f"{left}, and the longest round took {self.longest_s:.0f} s"
+
+
+@dataclass
 class _Warmup:
     setting: ArmSetting
     runner: ArmRunner
@@ -248,6 +287,8 @@ class Driver:
         self.warmups: dict[str, _Warmup] = {}
         self.levels: list[LevelPlan] = []
         self.seed_note: str | None = None  # engine.cache_state seeded: what the run's cache started from
+        self.budget_note: str | None = None  # time_budget_s: the rounds it left out
+        self.started_s = time.monotonic()
         self.api_key = run_api_key(cfg.engine)  # a ConfigError (exit 2) before anything starts; never written
 
     def _write_inputs(self, schedule: Schedule) -> dict[str, Any]:
@@ -264,6 +305,7 @@ class Driver:
         Raises only ``RunError`` (bad input, nothing started, no result written) and a KeyboardInterrupt
         that arrives before the run folder exists; every other exception ends as a written result.
         """
+        self.started_s = time.monotonic()  # the time budget counts from here
         schedule, self.levels = plan_run(self.cfg, self.base_dir)
         try:
             hooks = run_hooks_for(self.cfg)
@@ -367,7 +409,12 @@ class Driver:
 
     def _run_turns(self, hooks: RunHooks) -> None:
         by_name = {r.arm.name: r for r in self.runners}
+        budget = RoundBudget(self.cfg.time_budget_s, self.started_s)
         for done, turn in enumerate(self.turns, 1):
+            if turn.kind == "measured" and budget.starts(turn.round, time.monotonic()):
+                if (why := budget.refuses(turn.round, time.monotonic())) is not None:
+                    self._end_rounds_early(turn.round, why)
+                    return
             if turn.kind == "warmup":
                 self._warm_up(self.warmups[turn.names[0]], by_name)
             elif self.cfg.placement == "parallel":
@@ -375,6 +422,20 @@ class Driver:
             else:
                 self._interleaved_turn(by_name[turn.names[0]], turn.round)
             hooks.after_turn(done)
+            if turn.kind == "measured":
+                budget.turn_ended(turn.round, time.monotonic())
+
+    def _end_rounds_early(self, next_round: int, why: str) -> None:
+        """The time budget ends the run before ``next_round``: the result is a whole run of the rounds run."""
+        run = next_round - self.cfg.first_round
+        self.budget_note = (
+            f"time budget: rounds {next_round}-{self.cfg.first_round + self.cfg.rounds - 1} not started ({why}); "
+            f"the result holds rounds {self.cfg.first_round}-{next_round - 1}: continue with --first_round {next_round}"
+        )
+        logger.info("%s", self.budget_note)
+        self.cfg = self.cfg.model_copy(update={"rounds": run})
+        for r in self.runners:
+            r.cfg = self.cfg
 
     # --- Prometheus (dashboards/README.md) -------------------------------------------------------
     def _start_metrics(self) -> None:
@@ -490,8 +551,7 @@ class Driver:
     def _result(self, schedule: Schedule, env: dict[str, object], interrupted: bool, error: str | None) -> RunResult:
         arms = [self._arm_result(r, interrupted, error) for r in self.runners]
         notes = [f"arm {r.arm.name}: {n}" for r in self.runners for n in r.notes]
-        if self.seed_note is not None:
-            notes.insert(0, self.seed_note)
+        notes[:0] = [n for n in (self.seed_note, self.budget_note) if n is not None]
         if schedule.clipped_input or schedule.clipped_output:
             notes.append(
                 f"clipped to the engine: {schedule.clipped_input} prompt(s), {schedule.clipped_output} output(s)"

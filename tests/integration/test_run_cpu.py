@@ -26,10 +26,12 @@ def _files_holding(secret: str, roots: list[Path], since: float) -> list[str]:
     return found
 
 
-def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_path):
+def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_time_budget_kept(tmp_path):
     """Also the API key test: the engines require a key (here the user's, through engine.api_key_env) and every
-    request, warm-up and probe carries it; then every file the run wrote is searched for it."""
-    exp = small_experiment(tmp_path, engine={"env": {"MOEPERF_ROUTER_BIAS": "zipf:1.0"}})
+    request, warm-up and probe carries it; then every file the run wrote is searched for it. And the time budget's:
+    2 rounds planned in a budget round 0 alone overruns, so round 1 never starts and the result is a whole run of
+    round 0 (the same engines serve all three checks)."""
+    exp = small_experiment(tmp_path, engine={"env": {"MOEPERF_ROUTER_BIAS": "zipf:1.0"}}, rounds=2, time_budget_s=0.001)
     key = "moeperf-it-" + secrets.token_urlsafe(24)
     started = time.time() - 1.0
     r = moeperf_run(str(exp), "--set", "engine.api_key_env=MOEPERF_IT_KEY", extra_env={"MOEPERF_IT_KEY": key})
@@ -43,7 +45,11 @@ def test_two_arms_every_request_measured_and_the_api_key_is_written_nowhere(tmp_
     assert _files_holding(key, roots, started) == []
     res = load_result(run_dir)
     assert res["schema_version"] == 3 and res["status"] == "ok"
+    assert res["config"]["rounds"] == 1 and res["config"]["first_round"] == 0
+    assert res["notes"][0].startswith("time budget: rounds 1-1 not started (")
+    assert res["notes"][0].endswith("the result holds rounds 0-0: continue with --first_round 1")
     assert [a["name"] for a in res["arms"]] == ["baseline", "all-optimizations"]
+    assert [a["rounds"] for a in res["arms"]] == [1, 1]
     for arm in res["arms"]:
         assert arm["status"] == "ok"
         assert arm["requests_planned"] == arm["requests_sent"] == arm["requests_succeeded"] == 6

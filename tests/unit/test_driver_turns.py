@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.orchestration.driver import Driver, RunError, Turn, arm_settings, plan, plan_turns
+from cluster.orchestration.driver import Driver, RoundBudget, RunError, Turn, arm_settings, plan, plan_turns
 from experiment.config import parse_experiment
 
 ARMS = [
@@ -137,3 +137,22 @@ def test_a_seed_that_is_missing_or_empty_stops_the_run_before_anything_starts(tm
     )
     with pytest.raises(RunError, match=f"engine.jit_cache_seed: .*{why}"):
         plan(c, None)
+
+
+def test_a_time_budget_starts_a_round_only_if_the_longest_round_so_far_fits_in_what_is_left():
+    b = RoundBudget(budget_s=100.0, started_s=0.0)
+    assert b.starts(0, 10.0) and b.refuses(0, 10.0) is None  # the first round always runs
+    assert not b.starts(0, 20.0)  # the same round's second turn
+    b.turn_ended(0, 20.0)
+    b.turn_ended(0, 40.0)  # round 0: 10 s to 40 s
+    assert b.starts(1, 40.0) and b.refuses(1, 40.0) is None  # 60 s left >= 30 s
+    b.turn_ended(1, 65.0)  # round 1: 25 s, so the longest stays 30 s
+    assert b.starts(2, 65.0)
+    assert b.refuses(2, 65.0) is None  # 35 s left
+    b.turn_ended(2, 80.0)
+    assert b.starts(3, 80.0)
+    assert b.refuses(3, 80.0) == "20 s of time_budget_s=100 left, and the longest round took 30 s"
+    unbounded = RoundBudget(budget_s=None, started_s=0.0)
+    unbounded.starts(0, 0.0)
+    unbounded.turn_ended(0, 1e6)
+    assert unbounded.starts(1, 1e6) and unbounded.refuses(1, 1e6) is None
