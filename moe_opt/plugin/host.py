@@ -3,7 +3,7 @@ node's CPU steal and CPU pressure.
 
 Why: on the H200 machine (a 16-vCPU VM) two engines of one setting, same GPU, same SM clock, same traffic,
 differed by 10% in throughput at concurrency 64, with each of the slower engine's steps 21-24% longer over
-its whole life and the GPU idle about half the time in both. What the engine's host side got from the CPUs
+its whole life and the GPU idle 36-43% of the time in both. What the engine's host side got from the CPUs
 is then the first suspect, and these counters tell the cases apart: a worker that was preempted more
 (involuntary switches) or ran on stolen time (steal), a node short of CPU (pressure), or a worker that
 simply spent more CPU per step. Read from /proc once per sampling period, off the step path; whatever
