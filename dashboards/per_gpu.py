@@ -162,21 +162,22 @@ def host_row() -> list[object]:
             f"{PLUGIN} Times per second the kernel took a CPU from a runnable worker thread: contention for cores.",
             span=6,
         ),
-        ts(
-            "Node CPU steal",
-            "percentunit",
-            [Query(node("moeperf_node_cpu_steal_seconds_total"), "{{node}}")],
-            f"{PLUGIN} vCPU-seconds per second the hypervisor gave to others while this node's vCPUs were "
-            "runnable (all CPUs summed; 1 = one vCPU's worth). Zero on bare metal.",
-            span=6,
-        ),
-        ts(
-            "Node CPU pressure",
-            "percentunit",
-            [Query(node("moeperf_node_cpu_pressure_seconds_total"), "{{node}}")],
-            f"{PLUGIN} Share of time some task of the node waited for a CPU (Linux PSI); empty where the kernel "
-            "has no PSI.",
-            span=6,
+        *(
+            ts(title, "percentunit", [Query(node(metric), "{{node}}")], f"{PLUGIN} {what}", span=6)
+            for title, metric, what in (
+                (
+                    "Node CPU steal",
+                    "moeperf_node_cpu_steal_seconds_total",
+                    "vCPU-seconds per second the hypervisor gave to others while this node's vCPUs were "
+                    "runnable (all CPUs summed; 1 = one vCPU's worth). Zero on bare metal.",
+                ),
+                (
+                    "Node CPU pressure",
+                    "moeperf_node_cpu_pressure_seconds_total",
+                    "Share of time some task of the node waited for a CPU (Linux PSI); empty where the kernel "
+                    "has no PSI.",
+                ),
+            )
         ),
     ]
 
