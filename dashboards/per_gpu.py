@@ -131,6 +131,15 @@ def gpu_row() -> list[object]:
     )
     panels.append(
         ts(
+            "GPU time per step, by phase",
+            "s",
+            [Query(mean("moeperf_gpu_step_seconds", R, "arm, node, rank, phase"), WHO + " {{phase}}")],
+            f"{GPU_ONLY} Mean GPU time of a model step between CUDA events at its start and end; beside the host "
+            "step time above, it says whether the GPU or the host made steps slow.",
+        )
+    )
+    panels.append(
+        ts(
             "GPU throttle reasons (bitmask, 0 = none)",
             "short",
             [Query(f"max by ({by}) (moeperf_gpu_throttle_reasons{R})", who)],

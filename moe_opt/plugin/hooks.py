@@ -170,7 +170,9 @@ def setup_rank(wrapper: Any) -> RankInstruments:
         ring = SyncRing(ring_path(key, world), world, rank)
         atexit.register(ring.close, unlink=rank == 0)
     buffer = Buffer()
-    inst = RankInstruments(labels, rank, world, metrics, STATE.clock, ring, settings.rank_delay, buffer)
+    inst = RankInstruments(
+        labels, rank, world, metrics, STATE.clock, ring, settings.rank_delay, buffer, gpu_steps=on_gpu
+    )
     buffer.start()
     atexit.register(buffer.stop)
     # After the flags' patches: the Swap-AB decision counted is the one the arm's patch makes, if any.

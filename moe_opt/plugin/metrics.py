@@ -37,6 +37,7 @@ MOE_BACKEND_LAYERS = "moeperf_moe_backend_layers"
 EXPERT_TOKENS = "moeperf_expert_tokens_total"
 EXPERT_TOKENS_UNPUBLISHED = "moeperf_expert_tokens_unpublished"
 STEPS_GATED = "moeperf_steps_gated_total"
+GPU_STEP_SECONDS = "moeperf_gpu_step_seconds"
 STEPS_GATED_SECONDS = "moeperf_steps_gated_seconds_total"
 GATED_MIN_SKEW_S = 0.001
 """A step counts as gated when its skew reaches this: below it, which rank was last is scheduling noise (a decode
@@ -221,6 +222,16 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("moeperf_gpu_power_watts", "gauge", RANK_LABELS, "NVML power draw of this rank's GPU."),
     MetricSpec("moeperf_gpu_memory_clock_hertz", "gauge", RANK_LABELS, "NVML memory (HBM) clock of this rank's GPU."),
     MetricSpec("moeperf_gpu_temperature_celsius", "gauge", RANK_LABELS, "NVML core temperature of this rank's GPU."),
+    MetricSpec(
+        GPU_STEP_SECONDS,
+        "histogram",
+        (*RANK_LABELS, "phase"),
+        "GPU time of each model step on this rank, by phase: between CUDA events recorded on the step's stream "
+        "when it begins and when it ends (its kernels, plus any gap while the GPU waited for the host); read "
+        "without waiting, a few steps late. Beside moeperf_rank_step_seconds (host time) it says whether the GPU "
+        "or the host made a step slow.",
+        STEP_BUCKETS_S,
+    ),
     MetricSpec(
         "moeperf_gpu_throttle_reasons",
         "gauge",

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from moe_opt.plugin.buffered import Buffer, BufferedCounter
 from moe_opt.plugin.compile_log import CompileEventLog, Phase
+from moe_opt.plugin.gpu_steps import GpuStepTimer
 from moe_opt.plugin.metrics import (
     FUSED_MOE_LAUNCHES,
     GATED_MIN_SKEW_S,
+    GPU_STEP_SECONDS,
     MOE_BACKEND_LAYERS,
     MOE_CONFIG_LOOKUPS,
     STEPS_GATED,
@@ -41,6 +44,7 @@ class RankInstruments:
         delay: RankDelay | None = None,
         buffer: Buffer | None = None,
         compile_log: CompileEventLog | None = None,
+        gpu_steps: bool = False,
     ) -> None:
         """``compile_log`` None: from ``MOEPERF_COMPILE_EVENTS_DIR`` of this worker, if set (see compile_log.py)."""
         self.buffer = buf = buffer if buffer is not None else Buffer()
@@ -81,6 +85,12 @@ class RankInstruments:
         self.step_index = -1
         self.served_steps = 0
         self._open: tuple[float, StepPlan] | None = None
+        # gpu_steps (a CUDA device): the GPU time of each step too, as moe_opt/plugin/gpu_steps.py says
+        self.gpu_timer: GpuStepTimer | None = None
+        if gpu_steps:
+            gpu_step = metrics.get(GPU_STEP_SECONDS)
+            self._gpu_step = {p: buf.histogram(gpu_step.labels(*lv, p)) for p in ("prefill", "decode", "mixed")}
+            self.gpu_timer = GpuStepTimer(lambda phase, seconds: self._gpu_step[phase].observe(seconds))
         self.compile_log = compile_log if compile_log is not None else CompileEventLog.from_env(rank)
 
     # ----- steps ------------------------------------------------------------------------------------
@@ -94,6 +104,8 @@ class RankInstruments:
         if plan.phase is None:
             return
         self._open = (t0, plan)
+        if self.gpu_timer is not None:
+            self._gpu_timer_call(self.gpu_timer.begin)
         self._begin_s = time.perf_counter() - t0
         if self.delay_s:
             time.sleep(self.delay_s)  # test-only: MOEPERF_TEST_RANK_DELAY
@@ -112,6 +124,8 @@ class RankInstruments:
         wall = t1 - t0
         assert plan.phase is not None
         self._step[plan.phase].observe(wall)
+        if self.gpu_timer is not None:
+            self._gpu_timer_call(self.gpu_timer.end, plan.phase)
         for start in plan.completing:
             self._ttft.observe(t1 - start)
         if coll:
@@ -132,6 +146,14 @@ class RankInstruments:
                     steps.inc(1.0)
                     seconds.inc(s.skew_s)
         self._overhead.inc(self._begin_s + time.perf_counter() - t1)
+
+    def _gpu_timer_call(self, call: Callable[..., object], *args: str) -> None:
+        """A failing event API turns the GPU step timer off, never the step."""
+        try:
+            call(*args)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("moeperf: GPU step timing off (%s)", e)
+            self.gpu_timer = None
 
     def flush(self) -> None:
         """Write buffered observations to prometheus_client now (hooks.py runs this every 0.5 s)."""

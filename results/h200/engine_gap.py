@@ -36,6 +36,9 @@ def main(base: str) -> None:
         s = query(base, last("moeperf_rank_step_seconds_sum", where=f'phase="{phase}"'))
         rows[f"{phase} steps"] = n
         rows[f"{phase} step mean ms"] = {k: 1000 * s[k] / v for k, v in n.items() if v}
+        gn = query(base, last("moeperf_gpu_step_seconds_count", where=f'phase="{phase}"'))
+        gs = query(base, last("moeperf_gpu_step_seconds_sum", where=f'phase="{phase}"'))
+        rows[f"{phase} step GPU mean ms"] = {k: 1000 * gs[k] / v for k, v in gn.items() if v}
     for name, metric in (
         ("worker CPU s", "moeperf_rank_process_cpu_seconds_total"),
         ("involuntary switches", "moeperf_rank_involuntary_switches_total"),
