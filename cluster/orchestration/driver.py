@@ -193,7 +193,7 @@ def plan_run(cfg: ExperimentConfig, base_dir: Path | None) -> tuple[Schedule, li
         if not (p / "config.json").is_file():
             raise RunError(f"model.path: {p} is not a model directory (no config.json)")
     seed = cfg.engine.jit_cache_seed
-    if seed is not None and (problem := seed_problem(seed)):  # checked here too: a result must load anywhere
+    if seed is not None and (problem := seed_problem(seed)):  # checked here, not in the model: likewise
         raise RunError(f"engine.jit_cache_seed: {problem}")
     for i, arm in enumerate(cfg.arms):  # checked here, not in the model: a saved result must load anywhere
         folder = arm.flags.tuned_config_dir
@@ -411,8 +411,9 @@ class Driver:
         by_name = {r.arm.name: r for r in self.runners}
         budget = RoundBudget(self.cfg.time_budget_s, self.started_s)
         for done, turn in enumerate(self.turns, 1):
-            if turn.kind == "measured" and budget.starts(turn.round, time.monotonic()):
-                if (why := budget.refuses(turn.round, time.monotonic())) is not None:
+            now_s = time.monotonic()
+            if turn.kind == "measured" and budget.starts(turn.round, now_s):
+                if (why := budget.refuses(turn.round, now_s)) is not None:
                     self._end_rounds_early(turn.round, why)
                     return
             if turn.kind == "warmup":

@@ -11,13 +11,8 @@ cat "$C/progress" 2>/dev/null
 curl -s --max-time 5 'http://127.0.0.1:9090/api/v1/query' --data-urlencode \
   'query=count by (arm, instance) (max by (arm, instance, expert) (last_over_time(moeperf_expert_tokens_total{layer="0"}[30m])) > 0)' 2>/dev/null |
   python3 -c 'import json,sys; [print("routing: arm", r["metric"].get("arm"), r["metric"].get("instance"), "experts used in layer 0:", r["value"][1]) for r in json.load(sys.stdin)["data"]["result"]]' 2>/dev/null
-# The host side of each engine (moe_opt/plugin/host.py), totals since its start: what the engines of one setting
-# got from the CPUs, to set beside their A/A gap.
-for m in rank_process_cpu_seconds_total rank_involuntary_switches_total node_cpu_steal_seconds_total \
-    node_cpu_pressure_seconds_total; do
-  curl -s --max-time 5 'http://127.0.0.1:9090/api/v1/query' --data-urlencode \
-    "query=sum by (arm, instance) (max by (arm, instance, mode) (last_over_time(moeperf_$m[30m])))" 2>/dev/null |
-    M=$m python3 -c 'import json,os,sys; [print("host:", os.environ["M"], r["metric"].get("arm"), r["metric"].get("instance"), round(float(r["value"][1]), 2)) for r in json.load(sys.stdin)["data"]["result"]]' 2>/dev/null
-done
+# Each engine's steps, host side and GPU (moe_opt/plugin/host.py, gpu_steps.py) over its life: what the engines
+# of one setting got from the CPUs and the GPU, to set beside their A/A gap.
+python3 results/h200/engine_gap.py http://127.0.0.1:9090 2>/dev/null
 tail -3 "$C"/*.log 2>/dev/null | cut -c1-300
 tar -czf "$OUT/campaign.tgz" -C "$C" --exclude='*/jit-cache' . && ls -la "$OUT"
