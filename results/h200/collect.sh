@@ -14,5 +14,7 @@ curl -s --max-time 5 'http://127.0.0.1:9090/api/v1/query' --data-urlencode \
 # Each engine's steps, host side and GPU (moe_opt/plugin/host.py, gpu_steps.py) over its life: what the engines
 # of one setting got from the CPUs and the GPU, to set beside their A/A gap.
 python3 results/h200/engine_gap.py http://127.0.0.1:9090 2>/dev/null
+# What used the CPUs just now (the A/A gap's host-side suspects: a client, Prometheus, Ray, a leftover process).
+ps -eo pid,psr,pcpu,rss,etimes,args --sort=-pcpu 2>/dev/null | head -12 | cut -c1-160
 tail -3 "$C"/*.log 2>/dev/null | cut -c1-300
 tar -czf "$OUT/campaign.tgz" -C "$C" --exclude='*/jit-cache' . && ls -la "$OUT"

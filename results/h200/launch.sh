@@ -35,6 +35,9 @@ if [ $seed = 1 ]; then  # unpacked here, or by an earlier call carrying .jit alo
   [ -d "$HOME/jit-seed" ] || { echo "--seed: no .jit/jit-seed.tar.xz carried and no $HOME/jit-seed" >&2; exit 2; }
   export MOEPERF_ARGS="${MOEPERF_ARGS:-} --engine.cache_state seeded --engine.jit_cache_seed $HOME/jit-seed"
 fi
+# The machine's CPU and GPU layout, once per hold: which vCPUs share a core or a NUMA node with the GPU.
+mkdir -p "${CAMPAIGN_DIR:-$HOME/campaign}"
+{ lscpu; lscpu -e; nvidia-smi topo -m; cat /sys/fs/cgroup/cpu.max; } >"${CAMPAIGN_DIR:-$HOME/campaign}/topology.txt" 2>&1
 cpus=0-$(( $(nproc) - 1 ))
 if [ $fi = 1 ]; then bash results/h200/flashinfer-build.sh start 8-15 8; cpus=0-7; fi
 setsid nohup taskset -c "$cpus" bash "$runner" "$@" >/tmp/studies.out 2>&1 < /dev/null &
