@@ -305,7 +305,7 @@ def _arms(result: RunResult) -> str:
                 arm_control_of(a) or "-",
                 f"{a.requests_succeeded} ok / {a.requests_sent} sent / {a.requests_planned} planned",
                 f"{eng.device}, TP={eng.tensor_parallel_size}, vLLM {eng.vllm_version}, "
-                f"ready in {eng.startup_s:.1f} s, MoE backend {', '.join(eng.moe_backends) or 'not logged'}"
+                f"ready in {eng.describe_startup()}, MoE backend {', '.join(eng.moe_backends) or 'not logged'}"
                 if eng
                 else "-",
                 "; ".join(a.notes) or "-",

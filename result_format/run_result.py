@@ -66,6 +66,21 @@ class EngineInfo(_Model):
         "or a kernel class); with moe_backend auto the only record of which kernel served. Empty when the log "
         "names none.",
     )
+    startup_phases_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds per start-up phase as vLLM logged them (model_load_s, compilation_s, "
+        "compile_cache_load_s, cuda_graph_capture_s, init_engine_s, ...; nested, not disjoint), the slowest "
+        "rank's: which part of startup_s a cold or seeded JIT cache changed. Empty when the log names none.",
+    )
+
+    def describe_startup(self) -> str:
+        """The healthy time and where it went, for the run log and the reports."""
+        phases = self.startup_phases_s
+        shown = [f"{key.removesuffix('_s').replace('_', ' ')} {seconds:.1f} s" for key, seconds in phases.items()]
+        if "init_engine_s" in phases:
+            outside = self.startup_s - phases.get("model_load_s", 0.0) - phases["init_engine_s"]
+            shown.append(f"outside model load and init engine {outside:.1f} s")
+        return f"{self.startup_s:.1f} s" + (f" ({', '.join(shown)})" if shown else "")
 
 
 class SwapAbLaunches(_Model):

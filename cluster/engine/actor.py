@@ -29,7 +29,7 @@ from cluster.engine.command import (
 from cluster.engine.compile_events import CompileEventReader
 from cluster.engine.observed import observe_engine
 from cluster.engine.server import EngineStartError, ServerProcess
-from cluster.engine.startup_log import moe_backends_in_log
+from cluster.engine.startup_log import moe_backends_in_log, startup_phases_in_log
 from common.environment import package_version
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
@@ -147,6 +147,7 @@ class EngineActor:
             env=server.command.env,
             startup_s=startup_s,
             moe_backends=moe_backends_in_log(server.log_path),
+            startup_phases_s=startup_phases_in_log(server.log_path),
         )
 
     def prompt_id_range(self) -> tuple[int, int]:

@@ -469,7 +469,12 @@ class Driver:
             return False
         assert r.info is not None
         self.metrics.engine_up(r.name, r.info.url, r.info.node_id)
-        logger.info("arm %s: engine healthy at %s after %.1f s", r.name, r.info.url, r.info.startup_s)
+        logger.info(
+            "arm %s: engine healthy at %s after %s",
+            r.name,
+            r.info.url,
+            r.info.describe_startup(),
+        )
         return True
 
     @contextlib.contextmanager

@@ -64,6 +64,9 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
         assert arm["engine"]["device"] == "cpu" and arm["engine"]["vllm_version"].startswith("0.32")
         # vLLM chose the kernel itself ("auto" on CPU): the result says which one served.
         assert arm["engine"]["moe_backends"][0] == "Unquantized: CPU"
+        # Where the start went, from vLLM's own log: the engine's init inside the time to healthy.
+        phases = arm["engine"]["startup_phases_s"]
+        assert 0 < phases["init_engine_s"] < arm["engine"]["startup_s"], phases
         assert arm["summary"]["ttft_s"]["p50"] > 0
         # Routing seen while serving: one row per MoE layer, every expert, from the measured window's growth.
         tiny = res["config"]["model"]["tiny"]

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from cluster.engine.startup_log import moe_backends_in_log, selected_moe_backends
+from cluster.engine.startup_log import moe_backends_in_log, selected_moe_backends, startup_phases, startup_phases_in_log
+from result_format.run_result import EngineInfo
 
 # Copied from engine logs: results/h200/probe-flashinfer/probe-flashinfer-per_tensor_static.log (vLLM 0.26 on an
 # H200, one line per TP rank at TP=2) and a vLLM 0.32 CPU engine of the default run.
@@ -35,3 +36,49 @@ def test_missing_log_names_nothing(tmp_path: Path):
     assert moe_backends_in_log(tmp_path / "gone.log") == []
     (tmp_path / "server.log").write_bytes(CPU_LOG.encode() + b"\xff\xfe binary noise\n")
     assert moe_backends_in_log(tmp_path / "server.log") == ["Unquantized: CPU", "CPUUnquantizedExperts"]
+
+
+# Start-up lines as vLLM 0.26 formats them (gpu_model_runner.py, compilation/backends.py, v1/engine/core.py), at
+# TP=2: each worker logs its own load, compile and capture; the engine core logs the init once. The first line
+# is copied from results/h200/probe-flashinfer/probe-engine-per_tensor_static-20261202.log.
+TP2_START_LOG = """\
+(Worker_TP0 pid=11) INFO 12-02 03:35:56 [gpu_model_runner.py:5347] Model loading took 2.74 GiB memory and 0.519883 seconds
+(Worker_TP1 pid=12) INFO 12-02 03:35:57 [gpu_model_runner.py:5347] Model loading took 2.74 GiB memory and 1.250000 seconds
+(Worker_TP0 pid=11) INFO 12-02 03:36:04 [backends.py:1156] Dynamo bytecode transform time: 6.10 s
+(Worker_TP1 pid=12) INFO 12-02 03:36:04 [backends.py:1156] Dynamo bytecode transform time: 6.30 s
+(Worker_TP0 pid=11) INFO 12-02 03:36:40 [backends.py:394] Compiling a graph for compile range (1, 8192) takes 30.50 s
+(Worker_TP0 pid=11) INFO 12-02 03:36:50 [backends.py:394] Compiling a graph for compile range (1, 1) takes 10.00 s
+(Worker_TP1 pid=12) INFO 12-02 03:36:41 [backends.py:293] Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 2.125 s
+(Worker_TP0 pid=11) INFO 12-02 03:37:30 [gpu_model_runner.py:6845] Graph capturing finished in 21 secs, took 0.52 GiB
+(Worker_TP1 pid=12) INFO 12-02 03:37:31 [gpu_model_runner.py:6845] Graph capturing finished in 22 secs, took 0.52 GiB
+(EngineCore pid=9) INFO 12-02 03:37:32 [core.py:341] init engine (profile, create kv cache, warmup model) took 95.20 s (compilation: 46.60 s)
+"""  # noqa: E501
+
+
+def test_startup_phases_take_the_slowest_rank_and_add_up_compiles_per_rank() -> None:
+    assert startup_phases(TP2_START_LOG) == {
+        "model_load_s": 1.25,
+        "dynamo_transform_s": 6.3,
+        "compile_graphs_s": 40.5,  # rank 0 compiled two ranges; rank 1 loaded its one from the cache
+        "compile_cache_load_s": 2.125,
+        "compilation_s": 46.6,
+        "cuda_graph_capture_s": 22.0,
+        "init_engine_s": 95.2,
+    }
+    assert startup_phases(CPU_LOG) == {}
+
+
+def test_startup_phases_are_described_with_what_lies_outside_them() -> None:
+    info = EngineInfo(
+        url="http://127.0.0.1:1", node_id="n", pid=1, device="cuda", gpu_ids=["0"], tensor_parallel_size=2,
+        vllm_version="0.26.0", torch_version="2.11.0", argv=[], env={}, startup_s=228.3,
+        startup_phases_s={"model_load_s": 1.25, "init_engine_s": 95.2},
+    )  # fmt: skip
+    assert info.describe_startup() == (
+        "228.3 s (model load 1.2 s, init engine 95.2 s, outside model load and init engine 131.9 s)"
+    )
+    assert info.model_copy(update={"startup_phases_s": {}}).describe_startup() == "228.3 s"
+
+
+def test_a_missing_log_has_no_phases(tmp_path: Path) -> None:
+    assert startup_phases_in_log(tmp_path / "absent.log") == {}
