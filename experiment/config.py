@@ -192,6 +192,12 @@ class ArmSpec(FrozenStrictModel):
         "keeps vLLM's own warm-up (torch.compile and CUDA-graph capture run the model at every capture batch size "
         "before serving, so Triton JIT compiles happen at start-up); true skips it, so they land on live requests.",
     )
+    engine_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables for this arm's engine only, laid over engine.env: for an arm that "
+        "studies a knob with no flag, such as the plugin's own instruments (MOEPERF_EXPERT_LOAD: '0' turns the "
+        "per-expert token count off). An A/A control runs with its target's.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -209,6 +215,8 @@ class ArmSpec(FrozenStrictModel):
         data: dict[str, Any] = handler(self)
         if self.control_of is not None and ("flags" not in self.model_fields_set or self.flags == OptimizationFlags()):
             data.pop("flags", None)
+        if not self.engine_env:  # results written before arms had their own variables dump the same
+            data.pop("engine_env", None)
         return data
 
 
@@ -404,7 +412,11 @@ class ExperimentConfig(FrozenStrictModel):
                 raise ValueError(f"arms.{i}.flags: an A/A control must have the flags of {target.name!r}")
             if arm.enforce_eager is not None and arm.enforce_eager != self.arm_enforce_eager(target):
                 raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")
-        if TUNED_CONFIG_ENV_VAR in self.engine.env and any(a.flags.tuned_config_dir for a in self.arms):
+            if arm.engine_env and arm.engine_env != target.engine_env:
+                raise ValueError(f"arms.{i}.engine_env: an A/A control must run like {target.name!r}")
+        if any(TUNED_CONFIG_ENV_VAR in self.arm_engine_env(a) for a in self.arms) and any(
+            a.flags.tuned_config_dir for a in self.arms
+        ):
             raise ValueError(  # engine.env is laid over the flags' environment: the arms' folders would be lost
                 f"engine.env.{TUNED_CONFIG_ENV_VAR}: an arm sets flags.tuned_config_dir; give the folder per arm "
                 "there, not to every engine"
@@ -438,6 +450,10 @@ class ExperimentConfig(FrozenStrictModel):
         """Whether an arm's engine skips vLLM's warm-up: its own setting, its control target's, or the engine's."""
         eager = self._runs_like(arm).enforce_eager
         return self.engine.enforce_eager if eager is None else eager
+
+    def arm_engine_env(self, arm: ArmSpec) -> dict[str, str]:
+        """The variables an arm's engine gets from the experiment: engine.env, then the arm's (or its target's)."""
+        return {**self.engine.env, **self._runs_like(arm).engine_env}
 
 
 def vllm_default_max_num_seqs(engine: EngineSpec) -> int:

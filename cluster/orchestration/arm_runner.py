@@ -214,6 +214,8 @@ class ArmRunner:
         update: dict[str, object] = {}
         if (eager := self.cfg.arm_enforce_eager(self.arm)) != self.cfg.engine.enforce_eager:
             update["enforce_eager"] = eager
+        if (env := self.cfg.arm_engine_env(self.arm)) != self.cfg.engine.env:
+            update["env"] = env
         update.update(self.hooks.engine_spec_update())
         return self.cfg.engine.model_copy(update=update) if update else self.cfg.engine
 

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -79,20 +79,26 @@ class ArmSetting:
     flags: OptimizationFlags
     enforce_eager: bool
     arms: tuple[str, ...]
+    engine_env: dict[str, str] = field(default_factory=dict)  # what its engines get: engine.env, the arm's laid over
 
 
 def arm_settings(cfg: ExperimentConfig) -> list[ArmSetting]:
     """The distinct settings of the run's arms, in the order their first arm appears."""
-    found: list[tuple[OptimizationFlags, bool, list[str]]] = []
+    found: list[tuple[tuple[object, ...], ArmSpec, list[str]]] = []
     for arm in cfg.arms:
-        key = (cfg.arm_flags(arm), cfg.arm_enforce_eager(arm))
-        for flags, eager, names in found:
-            if (flags, eager) == key:
+        key = (cfg.arm_flags(arm), cfg.arm_enforce_eager(arm), cfg.arm_engine_env(arm))
+        for seen, _, names in found:
+            if seen == key:
                 names.append(arm.name)
                 break
         else:
-            found.append((key[0], key[1], [arm.name]))
-    return [ArmSetting(names[0], flags, eager, tuple(names)) for flags, eager, names in found]
+            found.append((key, arm, [arm.name]))
+    return [
+        ArmSetting(
+            names[0], cfg.arm_flags(first), cfg.arm_enforce_eager(first), tuple(names), cfg.arm_engine_env(first)
+        )
+        for _, first, names in found
+    ]
 
 
 @dataclass(frozen=True)
@@ -380,7 +386,12 @@ class Driver:
         for setting in arm_settings(self.cfg) if any(t.kind == "warmup" for t in self.turns) else []:
             name = f"warmup-{setting.name}"
             # The setting's own spec, standing alone: a control arm's target is not in reach of cfg.arm_flags here.
-            arm = ArmSpec(name=setting.name, flags=setting.flags, enforce_eager=setting.enforce_eager)
+            arm = ArmSpec(
+                name=setting.name,
+                flags=setting.flags,
+                enforce_eager=setting.enforce_eager,
+                engine_env=setting.engine_env,
+            )
             self.warmups[setting.name] = _Warmup(setting, self._runner(arm, device, schedule, warmup_name=name))
         return runners
 

@@ -31,7 +31,17 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
     request, warm-up and probe carries it; then every file the run wrote is searched for it. And the time budget's:
     2 rounds planned in a budget round 0 alone overruns, so round 1 never starts and the result is a whole run of
     round 0 (the same engines serve all three checks)."""
-    exp = small_experiment(tmp_path, engine={"env": {"MOEPERF_ROUTER_BIAS": "zipf:1.0"}}, rounds=2, time_budget_s=0.001)
+    arms = [
+        {"name": "baseline"},
+        {
+            "name": "all-optimizations",
+            "flags": {"swap_ab": True, "moe_backend": "triton", "no_respecialize": True},
+            "engine_env": {"MOEPERF_IT_ARM_VARIABLE": "1"},  # this arm's engine only
+        },
+    ]
+    exp = small_experiment(
+        tmp_path, engine={"env": {"MOEPERF_ROUTER_BIAS": "zipf:1.0"}}, arms=arms, rounds=2, time_budget_s=0.001
+    )
     key = "moeperf-it-" + secrets.token_urlsafe(24)
     started = time.time() - 1.0
     r = moeperf_run(str(exp), "--set", "engine.api_key_env=MOEPERF_IT_KEY", extra_env={"MOEPERF_IT_KEY": key})
@@ -67,6 +77,9 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
         # Where the start went, from vLLM's own log: the engine's init inside the time to healthy.
         phases = arm["engine"]["startup_phases_s"]
         assert 0 < phases["init_engine_s"] < arm["engine"]["startup_s"], phases
+        # engine.env reaches every engine, an arm's engine_env only its own.
+        assert arm["engine"]["env"]["MOEPERF_ROUTER_BIAS"] == "zipf:1.0"
+        assert ("MOEPERF_IT_ARM_VARIABLE" in arm["engine"]["env"]) == (arm["name"] == "all-optimizations")
         assert arm["summary"]["ttft_s"]["p50"] > 0
         # Routing seen while serving: one row per MoE layer, every expert, from the measured window's growth.
         tiny = res["config"]["model"]["tiny"]

@@ -111,6 +111,23 @@ def test_arm_enforce_eager_overrides_the_engine_and_a_control_inherits_it():
         parse_experiment({"arms": [warm, {"name": "aa", "control_of": "warm", "enforce_eager": True}]}, "x.yaml")
 
 
+def test_arm_engine_env_is_laid_over_the_engine_and_a_control_inherits_it():
+    off = {"name": "count-off", "engine_env": {"MOEPERF_EXPERT_LOAD": "0"}}
+    arms = [{"name": "count-on"}, off, {"name": "count-off-aa", "control_of": "count-off"}]
+    cfg = parse_experiment({"engine": {"env": {"MOEPERF_ROUTER_BIAS": "uniform"}}, "arms": arms}, "x.yaml")
+    assert [cfg.arm_engine_env(a) for a in cfg.arms] == [
+        {"MOEPERF_ROUTER_BIAS": "uniform"},
+        {"MOEPERF_ROUTER_BIAS": "uniform", "MOEPERF_EXPERT_LOAD": "0"},
+        {"MOEPERF_ROUTER_BIAS": "uniform", "MOEPERF_EXPERT_LOAD": "0"},
+    ]
+    # Written without the field where it is empty, so results from before it existed dump (and combine) the same.
+    dumped = cfg.model_dump(mode="json")["arms"]
+    assert "engine_env" not in dumped[0] and dumped[1]["engine_env"] == {"MOEPERF_EXPERT_LOAD": "0"}
+    assert parse_experiment(cfg.model_dump(mode="json"), "again.yaml") == cfg
+    with pytest.raises(ConfigError, match=r"arms\.1\.engine_env: an A/A control must run like 'count-off'"):
+        parse_experiment({"arms": [off, {"name": "aa", "control_of": "count-off", "engine_env": {"X": "1"}}]}, "x")
+
+
 def test_a_partial_engine_section_keeps_the_experiment_defaults_it_does_not_set():
     """``--set engine.api_key_env=K`` (or ``engine: {tensor_parallel_size: 2}``) must not also switch the engines to
     torch.compile and a warm-up pass: the section is laid over the experiment's default engine."""

@@ -41,6 +41,18 @@ def test_two_arms_with_equal_flags_share_one_setting():
     assert setting.arms == ("a", "b")
 
 
+def test_arms_whose_engines_get_other_variables_are_settings_of_their_own():
+    arms = [
+        {"name": "on"},
+        {"name": "off", "engine_env": {"MOEPERF_EXPERT_LOAD": "0"}},
+        {"name": "off-aa", "control_of": "off"},
+        {"name": "on-aa", "control_of": "on"},
+    ]
+    settings = arm_settings(cfg(arms=arms))
+    assert [(s.name, s.arms) for s in settings] == [("on", ("on", "on-aa")), ("off", ("off", "off-aa"))]
+    assert [s.engine_env for s in settings] == [{}, {"MOEPERF_EXPERT_LOAD": "0"}]
+
+
 def test_shared_warm_warms_each_setting_once_before_any_measured_arm_interleaved():
     turns = plan_turns(cfg())
     warm = [t for t in turns if t.kind == "warmup"]
