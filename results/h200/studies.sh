@@ -4,5 +4,6 @@
 # then `bash results/h200/collect.sh 540` in back-to-back calls until it reports done.
 set -u
 source "$(dirname "$0")/gpu-env.sh"
+prewarm
 for name in "$@"; do study "$name"; done
 touch "$C/done"
