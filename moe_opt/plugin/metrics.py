@@ -96,7 +96,8 @@ SPECS: tuple[MetricSpec, ...] = (
         (*RANK_LABELS, "layer", "expert"),
         "Tokens the router of MoE layer `layer` (decoder-layer index) sent to expert `expert` on this rank while "
         "serving (each token counts once per selected expert: top_k per token and layer); counted on the device "
-        "inside the MoE forward (CUDA-graph replays included, padding excluded), exported about every second.",
+        "inside the MoE forward (CUDA-graph replays included, padding excluded), exported about every 5 s while "
+        "serving and at once when the rank goes idle.",
     ),
     MetricSpec(
         EXPERT_TOKENS_UNPUBLISHED,
