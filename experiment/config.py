@@ -414,12 +414,12 @@ class ExperimentConfig(FrozenStrictModel):
                 raise ValueError(f"arms.{i}.enforce_eager: an A/A control must run like {target.name!r}")
             if arm.engine_env and arm.engine_env != target.engine_env:
                 raise ValueError(f"arms.{i}.engine_env: an A/A control must run like {target.name!r}")
-        if any(TUNED_CONFIG_ENV_VAR in self.arm_engine_env(a) for a in self.arms) and any(
-            a.flags.tuned_config_dir for a in self.arms
-        ):
-            raise ValueError(  # engine.env is laid over the flags' environment: the arms' folders would be lost
-                f"engine.env.{TUNED_CONFIG_ENV_VAR}: an arm sets flags.tuned_config_dir; give the folder per arm "
-                "there, not to every engine"
+        given = ["engine.env"] if TUNED_CONFIG_ENV_VAR in self.engine.env else []
+        given += [f"arms.{i}.engine_env" for i, a in enumerate(self.arms) if TUNED_CONFIG_ENV_VAR in a.engine_env]
+        if given and any(a.flags.tuned_config_dir for a in self.arms):
+            raise ValueError(  # laid over the flags' environment: the arms' folders would be lost
+                f"{given[0]}.{TUNED_CONFIG_ENV_VAR}: an arm sets flags.tuned_config_dir; give the folder per arm "
+                "there, not as a variable"
             )
         return self
 

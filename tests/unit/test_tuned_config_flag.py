@@ -99,6 +99,10 @@ def test_the_folder_cannot_also_come_from_engine_env(tuned: Path) -> None:
     with pytest.raises(ConfigError, match=f"engine.env.{TUNED_CONFIG_ENV_VAR}: an arm sets flags.tuned_config_dir"):
         parse_experiment(_experiment(str(tuned), {TUNED_CONFIG_ENV_VAR: "/elsewhere"}))
     parse_experiment({"engine": {"env": {TUNED_CONFIG_ENV_VAR: "/elsewhere"}}})  # every arm alike: allowed
+    exp = _experiment(str(tuned))
+    exp["arms"][0]["engine_env"] = {TUNED_CONFIG_ENV_VAR: "/elsewhere"}  # type: ignore[index]
+    with pytest.raises(ConfigError, match=f"arms.0.engine_env.{TUNED_CONFIG_ENV_VAR}: an arm sets flags.tuned_config"):
+        parse_experiment(exp)
 
 
 def engine_text(flags: OptimizationFlags, platform: str, lookups: list[tuple[str, str]]) -> str:
