@@ -29,7 +29,7 @@ from cluster.engine.command import (
 from cluster.engine.compile_events import CompileEventReader
 from cluster.engine.observed import observe_engine
 from cluster.engine.server import EngineStartError, ServerProcess
-from cluster.engine.startup_log import moe_backends_in_log, startup_phases_in_log
+from cluster.engine.startup_log import moe_backends_in_log, read_log, selected_moe_backends, startup_phases
 from common.environment import package_version
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
@@ -134,6 +134,7 @@ class EngineActor:
 
     def _info(self, server: ServerProcess, startup_s: float) -> EngineInfo:
         assert server.command is not None
+        log_text = read_log(server.log_path)
         return EngineInfo(
             url=server.url,
             node_id=ray.get_runtime_context().get_node_id(),
@@ -146,8 +147,8 @@ class EngineActor:
             argv=server.command.argv,
             env=server.command.env,
             startup_s=startup_s,
-            moe_backends=moe_backends_in_log(server.log_path),
-            startup_phases_s=startup_phases_in_log(server.log_path),
+            moe_backends=selected_moe_backends(log_text),
+            startup_phases_s=startup_phases(log_text),
         )
 
     def prompt_id_range(self) -> tuple[int, int]:

@@ -26,11 +26,16 @@ def selected_moe_backends(log_text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def moe_backends_in_log(log_path: Path) -> list[str]:
+def read_log(log_path: Path) -> str:
+    """The server's log so far; empty if there is none (yet)."""
     try:
-        return selected_moe_backends(log_path.read_text(errors="replace"))
+        return log_path.read_text(errors="replace")
     except OSError:
-        return []
+        return ""
+
+
+def moe_backends_in_log(log_path: Path) -> list[str]:
+    return selected_moe_backends(read_log(log_path))
 
 
 # Where an engine's start-up time went, in vLLM's own words. On the H200 a seeded first engine (its JIT cache
@@ -74,10 +79,3 @@ def startup_phases(log_text: str) -> dict[str, float]:
         for key, _, _ in _PHASES
         if any(key in p for p in per_process.values())
     }
-
-
-def startup_phases_in_log(log_path: Path) -> dict[str, float]:
-    try:
-        return startup_phases(log_path.read_text(errors="replace"))
-    except OSError:
-        return {}

@@ -84,21 +84,16 @@ class ArmSetting:
 
 def arm_settings(cfg: ExperimentConfig) -> list[ArmSetting]:
     """The distinct settings of the run's arms, in the order their first arm appears."""
-    found: list[tuple[tuple[object, ...], ArmSpec, list[str]]] = []
+    found: list[tuple[tuple[OptimizationFlags, bool, dict[str, str]], list[str]]] = []
     for arm in cfg.arms:
         key = (cfg.arm_flags(arm), cfg.arm_enforce_eager(arm), cfg.arm_engine_env(arm))
-        for seen, _, names in found:
+        for seen, names in found:
             if seen == key:
                 names.append(arm.name)
                 break
         else:
-            found.append((key, arm, [arm.name]))
-    return [
-        ArmSetting(
-            names[0], cfg.arm_flags(first), cfg.arm_enforce_eager(first), tuple(names), cfg.arm_engine_env(first)
-        )
-        for _, first, names in found
-    ]
+            found.append((key, [arm.name]))
+    return [ArmSetting(names[0], flags, eager, tuple(names), env) for (flags, eager, env), names in found]
 
 
 @dataclass(frozen=True)

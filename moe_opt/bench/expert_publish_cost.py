@@ -6,8 +6,8 @@ routing every counter grows, so Qwen3-30B-A3B's 48 x 128 means 6,144 increments 
 (mmap writes), in a thread of the engine's own process (the worker at TP=1), holding the GIL that the step loop
 wants back. On the H200 two engines of one setting differed by 5-10% with uniform routing and by 1.5% with the
 collapsed routing (384 counters growing), so this time is a suspect worth a number. It times ``Harvester._publish``
-as the plugin runs it: the real metric (its spec in ``moe_opt/plugin/metrics.py``) and a child per (layer,
-expert) built as ``hooks.start_expert_load`` builds them, with every counter grown.
+as the plugin runs it: the real metric (its spec in ``moe_opt/plugin/metrics.py``) published through the plugin's own
+``counter_publish``, with every counter grown.
 
     python -m moe_opt.bench.expert_publish_cost --out moe_opt/bench/results/expert_publish_cost.json
 """
@@ -27,7 +27,7 @@ import torch
 
 from moe_opt.bench.env_info import environment
 from moe_opt.bench.shapes import SHAPES
-from moe_opt.plugin.expert_harvest import PERIOD_S, Harvester
+from moe_opt.plugin.expert_harvest import PERIOD_S, Harvester, counter_publish
 from moe_opt.plugin.expert_load import DeviceCounts, MoeLayer
 from moe_opt.plugin.metrics import EXPERT_TOKENS, RANK_LABELS, create, spec
 
@@ -42,13 +42,7 @@ def _harvester(num_layers: int, num_experts: int, top_k: int) -> Harvester:
 
     metric = create(spec(EXPERT_TOKENS), registry=prometheus_client.CollectorRegistry())  # one per shape
     lv = tuple("0" if name == "rank" else f"bench-{name}-{num_layers}x{num_experts}" for name in RANK_LABELS)
-    children = [[metric.labels(*lv, str(layer), str(e)) for e in range(num_experts)] for layer in range(num_layers)]
-
-    def publish(row: int, expert: int, tokens: int) -> None:
-        if expert < len(children[row]):
-            children[row][expert].inc(tokens)
-
-    return Harvester(counts, publish)
+    return Harvester(counts, counter_publish(metric, lv, layers))
 
 
 def time_publish_ms(num_layers: int, num_experts: int, top_k: int, trials: int) -> list[float]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from moe_opt.plugin.expert_load import DeviceCounts
+from moe_opt.plugin.expert_load import DeviceCounts, MoeLayer
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,22 @@ TICK_S = 0.05
 Publish = Callable[[int, int, int], None]
 """(row of the layer, expert id, tokens added since the last publish)."""
 SetUnpublished = Callable[[bool], None]
+
+
+def counter_publish(metric: Any, label_values: tuple[str, ...], layers: list[MoeLayer]) -> Publish:
+    """``Publish`` into the per-expert counter: one child per (layer, expert), made once, so a publish is only
+    increments. The spare column (ids out of range) is not an expert and is never published."""
+    children = [
+        [metric.labels(*label_values, str(layer.number), str(e)) for e in range(layer.num_experts)] for layer in layers
+    ]
+
+    def publish(row: int, expert: int, tokens: int) -> None:
+        if expert < len(children[row]):
+            children[row][expert].inc(tokens)
+
+    return publish
+
+
 """True when a step runs after everything was published; False when a publish covers every step served."""
 
 

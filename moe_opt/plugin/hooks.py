@@ -21,7 +21,7 @@ from typing import Any
 
 from moe_opt.flags import FlagStatus, OptimizationFlags
 from moe_opt.plugin.buffered import Buffer
-from moe_opt.plugin.expert_harvest import Harvester
+from moe_opt.plugin.expert_harvest import Harvester, counter_publish
 from moe_opt.plugin.expert_load import (
     DeviceCounts,
     activate,
@@ -269,14 +269,7 @@ def start_expert_load(wrapper: Any) -> Harvester | None:
     counts.bind(router for _, router in layers)
     metric = STATE.metrics.get(EXPERT_TOKENS)
     lv = tuple(inst.labels.values())
-    children = [
-        [metric.labels(*lv, str(layer.number), str(e)) for e in range(layer.num_experts)] for layer, _ in layers
-    ]
-
-    def publish(row: int, expert: int, tokens: int) -> None:
-        if expert < len(children[row]):  # the spare column (ids out of range) is not an expert
-            children[row][expert].inc(tokens)
-
+    publish = counter_publish(metric, lv, [layer for layer, _ in layers])
     flag = STATE.metrics.get(EXPERT_TOKENS_UNPUBLISHED).labels(*lv)
     flag.set(0)
     harvester = Harvester(counts, publish, unpublished=lambda pending: flag.set(1 if pending else 0))

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from cluster.engine.startup_log import moe_backends_in_log, selected_moe_backends, startup_phases, startup_phases_in_log
+from cluster.engine.startup_log import moe_backends_in_log, read_log, selected_moe_backends, startup_phases
 from result_format.run_result import EngineInfo
 
 # Copied from engine logs: results/h200/probe-flashinfer/probe-flashinfer-per_tensor_static.log (vLLM 0.26 on an
@@ -81,4 +81,4 @@ def test_startup_phases_are_described_with_what_lies_outside_them() -> None:
 
 
 def test_a_missing_log_has_no_phases(tmp_path: Path) -> None:
-    assert startup_phases_in_log(tmp_path / "absent.log") == {}
+    assert startup_phases(read_log(tmp_path / "absent.log")) == {}
