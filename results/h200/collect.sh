@@ -5,7 +5,7 @@
 C=${CAMPAIGN_DIR:-$HOME/campaign}
 # A machine without the campaign is a fresh one: the last call came more than 30 s after the one before and the
 # hold is gone. Waiting would only spend device time (2026-12-03: 530 s that way), so say so and stop.
-if [ ! -f "$C/progress" ]; then
+if [ ! -f "$C/topology.txt" ] && [ ! -f "$C/progress" ]; then
   echo "collect.sh: no campaign in $C: this is a fresh machine, the hold was lost; nothing to wait for" >&2
   exit 3
 fi
