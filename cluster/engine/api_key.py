@@ -5,7 +5,9 @@ moeperf hands it over as ``VLLM_API_KEY`` in the server's environment at spawn (
 which ``ps`` shows and the result records, nor in the recorded environment). Without ``engine.api_key_env``
 each run makes its own random key (``secrets``), which lives only in the driver's memory and the Ray calls
 that start engines and clients: a port left reachable on the cluster network serves no one else. With it,
-the key is the user's, for engines or endpoints that already require one.
+the key is the user's, for engines or endpoints that already require one. The engine's worker processes drop it
+from their environment before vLLM compiles (``moe_opt/plugin/credentials.py``): vLLM 0.26 hashes it into its
+compile cache key and writes it to disk there.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import secrets
 from collections.abc import Mapping
 
 from experiment.config import ConfigError, EngineSpec
+from moe_opt.plugin.credentials import API_KEY_ENV_VAR  # where the plugin takes it out of the workers' environment
 from workloads.http1 import auth_headers
 
 __all__ = ["API_KEY_ENV_VAR", "auth_headers", "run_api_key", "with_api_key"]
 
-API_KEY_ENV_VAR = "VLLM_API_KEY"  # what vLLM's server reads when --api-key is not given
 RANDOM_KEY_BYTES = 32
 
 

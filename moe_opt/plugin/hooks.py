@@ -21,6 +21,7 @@ from typing import Any
 
 from moe_opt.flags import FlagStatus, OptimizationFlags
 from moe_opt.plugin.buffered import Buffer
+from moe_opt.plugin.credentials import forget_api_key
 from moe_opt.plugin.expert_harvest import Harvester, counter_publish
 from moe_opt.plugin.expert_load import (
     DeviceCounts,
@@ -136,6 +137,8 @@ def setup_rank(wrapper: Any) -> RankInstruments:
     """Apply the arm's flags and create this rank's instruments (called once per worker process)."""
     settings = STATE.settings
     assert settings is not None
+    if forget_api_key():  # before the model is compiled: the key must not enter vLLM's compile cache key
+        logger.info("moeperf: the server's API key removed from this worker's environment")
     worker = wrapper.worker
     vllm_config = wrapper.vllm_config
     rank = int(getattr(worker, "rank", getattr(wrapper, "global_rank", 0)))
