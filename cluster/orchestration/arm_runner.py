@@ -192,6 +192,7 @@ class ArmRunner:
         self.metrics_seen = False
         self._all_series: set[str] = set()
         self._last_samples: dict[str, float] = {}
+        self._round_before: dict[str, float] | None = None  # open_round's read, for the round's window
         # How long past the schedule's worst case a replay may run, and the driver then waits for a client that
         # did not end itself (instance attributes, so a test can make a deadline pass in seconds).
         self.deadline_margin_s, self.client_grace_s = DEADLINE_MARGIN_S, CLIENT_GRACE_S
@@ -302,23 +303,44 @@ class ArmRunner:
             return False
 
     # --- one round -----------------------------------------------------------------------------
+    def open_round(self, round_index: int) -> bool:
+        """Read the engine's counters the round's window starts from; the driver chooses the round's start only
+        after this returns. The read waits for every rank to publish its expert counts (every 5 s): read after
+        the start was chosen, it made the first level's first wave late (on the H200, 2026-12-03: 0.61 and
+        0.95 s, on the two engines with the count on). False, with the arm's ``failure`` set, if the engine
+        is gone."""
+
+        def read() -> None:
+            self._round_before = self._engine_samples()
+
+        return self._guarded(round_index, read)
+
     def replay(self, round_index: int, start_epoch_s: float) -> None:
         """Every client actor replays its shard from the common start; records reach disk as they arrive.
+        ``open_round`` comes first.
 
         Never raises (but KeyboardInterrupt): whatever goes wrong becomes this arm's ``failure``.
         """
+        self._guarded(round_index, functools.partial(self._replay, round_index, start_epoch_s))
+
+    def _guarded(self, round_index: int, step: Callable[[], None]) -> bool:
+        """Run one step of a round; whatever goes wrong becomes this arm's ``failure`` (False), never an exception."""
         try:
-            self._replay(round_index, start_epoch_s)
+            step()
+            return True
         except RayError as e:  # every Ray call left out here is the engine's: the clients' are in _consume_shard
             self.failure = _failure("engine", e)
         except Exception as e:
             logger.exception("arm %s: round %d failed", self.name, round_index)
             self.failure = (f"round {round_index} failed: {_reason(e)[0]}", None)
+        return False
 
     def _replay(self, round_index: int, start_epoch_s: float) -> None:
         # The journal stays open across rounds: on Ctrl-C the consumer threads keep appending what still
         # arrives until the result seals it.
-        before = self._engine_samples()
+        before, self._round_before = self._round_before, None
+        if before is None:
+            raise RuntimeError(f"round {round_index} replayed before open_round")
         faults = self.hooks.round_faults(round_index, self.engine, self.clients)
         order = self._level_order(round_index)
         for k, level in enumerate(order):

@@ -512,7 +512,8 @@ class Driver:
         try:
             if self._start(r, 0):
                 with self._round_of([r], 0, measured=False):
-                    r.replay(0, time.time() + START_DELAY_S)
+                    if r.open_round(0):
+                        r.replay(0, time.time() + START_DELAY_S)
         finally:
             self._stop(r)
             w.info = self._warmup_info(w)
@@ -547,7 +548,8 @@ class Driver:
         if r.failed or not self._start(r, round_index):
             return
         with self._round_of([r], round_index):
-            r.replay(round_index, time.time() + START_DELAY_S)
+            if r.open_round(round_index):
+                r.replay(round_index, time.time() + START_DELAY_S)
         self._stop(r)
 
     def _parallel_round(self, runners: list[ArmRunner], round_index: int) -> None:
@@ -557,8 +559,10 @@ class Driver:
         else:
             live = [r for r in runners if r.engine is not None and not r.failed and r.between_rounds()]
         with self._round_of(live, round_index):
-            start = time.time() + START_DELAY_S
-            run_in_threads([functools.partial(r.replay, round_index, start) for r in live])
+            run_in_threads([functools.partial(r.open_round, round_index) for r in live])
+            opened = [r for r in live if not r.failed]
+            start = time.time() + START_DELAY_S  # after every arm's open_round: no wait falls between the two
+            run_in_threads([functools.partial(r.replay, round_index, start) for r in opened])
 
     def _result(self, schedule: Schedule, env: dict[str, object], interrupted: bool, error: str | None) -> RunResult:
         arms = [self._arm_result(r, interrupted, error) for r in self.runners]

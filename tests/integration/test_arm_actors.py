@@ -106,7 +106,7 @@ def runner_with_engine(tmp_path, engine_spec: EngineSpec, kill: bool) -> ArmRunn
 
 def test_a_killed_engine_actor_fails_its_arm_in_the_replay_and_between_rounds_without_raising(local_ray, tmp_path):
     runner = runner_with_engine(tmp_path, EngineSpec(cache_state="as_found"), kill=True)
-    runner.replay(0, time.time())  # returns: the driver goes on to the next arm
+    assert runner.open_round(0) is False  # returns: the driver goes on to the next arm
     assert runner.failure is not None
     assert runner.failure[0] == (
         "engine actor died: The actor died unexpectedly before finishing this task. "
@@ -121,7 +121,7 @@ def test_a_killed_engine_actor_fails_its_arm_in_the_replay_and_between_rounds_wi
 
 def test_an_engine_actor_whose_constructor_raised_says_what_it_raised(local_ray, tmp_path):
     runner = runner_with_engine(tmp_path, EngineSpec(cache_state="shared_warm"), kill=False)  # no jit_cache_dir
-    runner.replay(0, time.time())
+    assert runner.open_round(0) is False
     assert runner.failure is not None
     reason = runner.failure[0]
     assert reason.startswith("engine actor died: its constructor raised cluster.engine.command.MissingSharedJitCache")
