@@ -42,3 +42,7 @@ def p_value(p: float | None) -> str:
     if p is None:
         return "n/a"
     return "<1e-4" if p < 1e-4 else f"{p:.4f}"
+
+
+def count(n: int | None) -> str:
+    return "n/a" if n is None else f"{n:,}"

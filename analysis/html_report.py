@@ -92,11 +92,12 @@ def _comparison(c: ArmComparison) -> str:
                 _td(str(m.dof), "num"),
                 _td(fmt.p_value(m.mann_whitney_p), "num"),
                 _td(fmt.pct(m.mde_rel), "num"),
+                _td(fmt.count(m.pairs_for_min_effect), "num"),
                 _td(m.verdict + (f" ({m.note})" if m.note else ""), "verdict v-" + _slug(m.verdict)),
             ]
         )
     headers = ["metric", "A", "B", "B/A", "CI: engines + requests (decides)", "CI: one engine only", "dof",
-               "Mann-Whitney p", "min. detectable", "verdict"]  # fmt: skip
+               "Mann-Whitney p", "min. detectable", "engine pairs for min. effect", "verdict"]  # fmt: skip
     table = _table(headers, rows, cls="verdicts", raw=True)
     flag = ' <span class="v-regressed">confounded by compilation</span>' if c.confounded_by_compilation else ""
     return f"<h3>{escape(c.b_arm)} (B) vs {escape(c.a_arm)} (A){flag}</h3>{_header(c)}{table}"
@@ -113,17 +114,20 @@ def _noise_floor(c: ArmComparison) -> str:
             _td(fmt.ratio_interval(m.ci_within_engine), "num"),
             _td(fmt.pct(m.engine_sd_rel), "num"),
             _td(fmt.pct(m.mde_rel), "num"),
+            _td(fmt.count(m.pairs_for_min_effect), "num"),
             _td(m.note or "", "v-not-measured" if m.verdict == "not measured" else ""),
         ]
         for m in c.metrics
     ]
     headers = ["metric", "A", "A'", "A'/A", "discrepancy", "CI: one engine only", "engine SD (est.)",
-               "min. detectable effect", "note"]  # fmt: skip
+               "min. detectable effect", "engine pairs for min. effect", "note"]  # fmt: skip
     flag = ' <span class="v-regressed">confounded by compilation</span>' if c.confounded_by_compilation else ""
     return (
         f"<h3>A/A noise floor: {escape(c.b_arm)} vs {escape(c.a_arm)}{flag}</h3>{_header(c)}"
         "<p>Two engines with the same settings: their discrepancy is noise, never an effect. The minimum "
-        "detectable effect is the smallest change a comparison with this many engine pairs can detect.</p>"
+        "detectable effect is the smallest change a comparison with this many engine pairs can detect; the engine "
+        "pairs for the minimum effect, how many would make the analysis' minimum effect detectable (a projection "
+        "from this noise, a lower bound while the pairs are few).</p>"
         + _table(headers, rows, cls="noise-floor", raw=True)
     )
 

@@ -52,15 +52,17 @@ def _comparison(c: ArmComparison) -> list[str]:
     for x in comparison_header(c):
         lines += [_emphasis(x), ""]
     lines += [
-        "| metric | A | B | B/A | CI (engines + requests) | CI (one engine) | dof | MWU p | MDE | verdict |",
-        "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |",
+        "| metric | A | B | B/A | CI (engines + requests) | CI (one engine) | dof | MWU p | MDE "
+        "| pairs for min. effect | verdict |",
+        "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for m in c.metrics:
         lines.append(
             f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
             f"| {fmt.ratio_interval(m.ci)} | {fmt.ratio_interval(m.ci_within_engine)} | {m.dof} "
             f"| {fmt.p_value(m.mann_whitney_p)} "
-            f"| {fmt.pct(m.mde_rel)} | {VERDICT_MARK[m.verdict]}{f' ({m.note})' if m.note else ''} |"
+            f"| {fmt.pct(m.mde_rel)} | {fmt.count(m.pairs_for_min_effect)} "
+            f"| {VERDICT_MARK[m.verdict]}{f' ({m.note})' if m.note else ''} |"
         )
     return lines + [""]
 
@@ -71,16 +73,17 @@ def _noise_floor(c: ArmComparison) -> list[str]:
         lines += [_emphasis(x), ""]
     lines += [
         "Two engines with the same settings: their discrepancy is noise, never an effect. MDE: the smallest "
-        "change a comparison with this many engine pairs can detect against it.",
+        "change a comparison with this many engine pairs can detect against it; pairs for min. effect: how many "
+        "engine pairs would make the analysis' minimum effect detectable (a projection from this noise).",
         "",
-        "| metric | A | A' | A'/A | discrepancy | CI (one engine) | engine SD | MDE |",
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| metric | A | A' | A'/A | discrepancy | CI (one engine) | engine SD | MDE | pairs for min. effect |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for m in c.metrics:
         lines.append(
             f"| {m.label} | {fmt.value(m.a_value, m.unit)} | {fmt.value(m.b_value, m.unit)} | {fmt.ratio(m.ratio)} "
             f"| {fmt.pct(m.aa_noise_rel)} | {fmt.ratio_interval(m.ci_within_engine)} | {fmt.pct(m.engine_sd_rel)} "
-            f"| {fmt.pct(m.mde_rel)} |"
+            f"| {fmt.pct(m.mde_rel)} | {fmt.count(m.pairs_for_min_effect)} |"
         )
     return lines + [""]
 
@@ -335,8 +338,8 @@ def sweep_comparison_header(c: SweepComparison) -> list[str]:
     return lines
 
 
-LEVEL_VERDICT_HEADERS = ["level", "output tok/s B/A [CI]", "verdict", "interactivity B/A [CI]", "verdict", "improved",
-                         "regressed"]  # fmt: skip
+LEVEL_VERDICT_HEADERS = ["level", "output tok/s B/A [CI]", "verdict", "pairs for min. effect",
+                         "interactivity B/A [CI]", "verdict", "improved", "regressed"]  # fmt: skip
 
 
 def level_verdict_rows(c: SweepComparison) -> list[list[str]]:
@@ -347,6 +350,7 @@ def level_verdict_rows(c: SweepComparison) -> list[list[str]]:
                 lv.label,
                 f"{fmt.ratio(lv.output_tokens_per_s_ratio)} {fmt.ratio_interval(lv.output_tokens_per_s_ci)}",
                 VERDICT_MARK[lv.output_tokens_per_s_verdict],
+                fmt.count(lv.output_tokens_per_s_pairs_needed),
                 f"{fmt.ratio(lv.interactivity_ratio)} {fmt.ratio_interval(lv.interactivity_ci)}",
                 VERDICT_MARK[lv.interactivity_verdict],
                 ", ".join(lv.improved) or "-",

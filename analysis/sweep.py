@@ -169,6 +169,9 @@ class LevelVerdicts(StrictModel):
     output_tokens_per_s_ratio: float | None = Field(description="B/A output tokens/s (equal per GPU: one TP size).")
     output_tokens_per_s_ci: Interval | None = Field(description="Its decision interval.")
     output_tokens_per_s_verdict: Verdict = Field(description="Its verdict.")
+    output_tokens_per_s_pairs_needed: int | None = Field(
+        None, description="Engine pairs at which a change of min_effect in it would be detectable (a projection)."
+    )
     interactivity_ratio: float | None = Field(description="B/A interactivity: 1 / (B/A median TPOT).")
     interactivity_ci: Interval | None = Field(description="The TPOT p50 decision interval, inverted.")
     interactivity_verdict: Verdict = Field(description="The TPOT p50 verdict (lower TPOT is higher interactivity).")
@@ -620,6 +623,7 @@ def _level_verdicts(level: SweepLevel, a: str, b: str) -> LevelVerdicts:
         output_tokens_per_s_ratio=thr.ratio,
         output_tokens_per_s_ci=thr.ci,
         output_tokens_per_s_verdict=thr.verdict,
+        output_tokens_per_s_pairs_needed=thr.pairs_for_min_effect,
         interactivity_ratio=1 / tpot.ratio if tpot.ratio else None,
         interactivity_ci=(1 / tpot.ci[1], 1 / tpot.ci[0]) if tpot.ci else None,
         interactivity_verdict=tpot.verdict,

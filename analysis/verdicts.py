@@ -76,6 +76,12 @@ class MetricVerdict(StrictModel):
     mann_whitney_p: float | None = Field(description="Two-sided U-test p on per-request values; null for rates.")
     mde_rel: float | None = Field(description="Smallest relative change detectable at `power` by this design.")
     aa_noise_rel: float | None = Field(description="|A'/A - 1| of the A/A control (largest of several); null without.")
+    pairs_for_min_effect: int | None = Field(
+        None,
+        description="Engine pairs (interleaved rounds) at which a change of `min_effect` would be detectable at "
+        "`power`, projected from this design's engine-instance and within-engine variance (normal quantiles: a "
+        "lower bound while the pairs are few); null when the engine term is not estimable.",
+    )
     verdict: Verdict
     note: str | None = Field(None, description="Why there is no verdict, when there is none.")
 
@@ -146,6 +152,23 @@ def _interval(log_ratio: float, se: float, q: float) -> tuple[float, float] | No
     return (math.exp(log_ratio - q * se), math.exp(log_ratio + q * se))
 
 
+def pairs_for_effect(
+    effect_rel: float, tau2: float, se_within: float, pairs: int, alpha: float, power: float
+) -> int | None:
+    """How many engine pairs make a change of ``effect_rel`` detectable at ``power`` (two-sided ``alpha``).
+
+    Why: an interval that is too wide says no verdict, not what would give one; a kernel team planning GPU time
+    needs the count. One pair's log ratio varies by the engine-instance variance ``tau2`` plus its own
+    within-engine error, ``pairs`` x ``se_within``^2 for a mean over ``pairs`` pairs; the mean over K pairs then
+    has (tau2 + pairs se_within^2) / K. Normal quantiles stand in for Student's t, so with few pairs the count
+    is a lower bound. At least 2: one pair estimates no engine term."""
+    per_pair = tau2 + pairs * se_within**2
+    if effect_rel <= 0 or pairs < 1 or not (math.isfinite(per_pair) and per_pair >= 0):
+        return None
+    z = stats.z_two_sided(alpha) + stats.z_one_sided(power)
+    return max(2, math.ceil(per_pair * (z / math.log1p(effect_rel)) ** 2))
+
+
 def compare_samples(
     a: ArmSamples,
     b: ArmSamples,
@@ -189,6 +212,11 @@ def compare_samples(
         q = stats.t_two_sided(alpha_j, dof) if dof > 0 else math.nan
         se = math.sqrt(w) if math.isfinite(w) else math.nan
         mde = math.expm1((q + stats.t_one_sided(settings.power, dof)) * se) if math.isfinite(se) else None
+        needed = (
+            pairs_for_effect(settings.min_effect, float(noise.tau2[j]), se_w, k, alpha_j, settings.power)
+            if dof > 0
+            else None
+        )
         decision = _interval(lr, se, q)
         tail = min(a.n, b.n) * (1 - spec.quantile / 100) if spec.quantile is not None else math.inf
         note = None
@@ -228,6 +256,7 @@ def compare_samples(
                 mann_whitney_p=mwu[spec.family],
                 mde_rel=mde if mde is not None and math.isfinite(mde) else None,
                 aa_noise_rel=_finite(float(aa_noise[j])),
+                pairs_for_min_effect=needed,
                 verdict=verdict,
                 note=note,
             )

@@ -131,3 +131,33 @@ def test_noise_model_effect_reaches_the_rates():
     assert c.metric("output_tokens_per_s").ratio == pytest.approx(1.05, abs=0.015)
     assert c.metric("output_tokens_per_s").verdict == "improved"
     assert abs(c.metric("tpot_s_p50").ratio - 1) < 0.03
+
+
+def test_pairs_for_an_effect_scale_with_the_noise_and_give_back_the_design_they_came_from():
+    from analysis.verdicts import pairs_for_effect
+
+    alpha, power = 0.05 / len(stats.METRICS), 0.8
+    z = stats.z_two_sided(alpha) + stats.z_one_sided(power)
+    # One engine's offset spread 2.3% (hold 5, c=64): a pair's log ratio spreads sqrt(2) x that.
+    tau2 = 2 * 0.023**2
+    k = pairs_for_effect(0.02, tau2, 0.0, 1, alpha, power)
+    assert k == math.ceil(tau2 * (z / math.log1p(0.02)) ** 2)
+    # The design that many pairs make detects exactly that effect (normal quantiles): the projection inverts the MDE.
+    assert math.expm1(z * math.sqrt(tau2 / k)) <= 0.02 < math.expm1(z * math.sqrt(tau2 / (k - 1)))
+    assert pairs_for_effect(0.04, tau2, 0.0, 1, alpha, power) == pytest.approx(k / 4, rel=0.05)  # twice the effect
+    # Within-engine error counts per pair: a mean over 4 pairs with se 1% is a pair spreading 2%.
+    assert pairs_for_effect(0.02, 0.0, 0.01, 4, alpha, power) == pairs_for_effect(0.02, 0.02**2, 0.0, 1, alpha, power)
+    assert pairs_for_effect(0.02, 0.0, 0.0, 1, alpha, power) == 2  # no noise: still two, to see an engine term
+    assert pairs_for_effect(0.0, tau2, 0.0, 1, alpha, power) is None
+    assert pairs_for_effect(0.02, math.nan, 0.0, 1, alpha, power) is None
+
+
+def test_a_verdict_names_the_pairs_for_the_minimum_effect_only_where_the_engine_term_is_estimable():
+    arms = [SyntheticArm("baseline"), SyntheticArm("candidate", tpot_scale=1.01)]
+    one = _ab(analyse_run(synthetic_run("r", T0, arms, 200, seed=5, **H200_LIKE), QUICK)).metric("tpot_s_p50")
+    assert one.dof == 0 and one.pairs_for_min_effect is None
+    run = synthetic_run("r", T0, arms, 200, seed=5, rounds=3, engine_sd=0.013, **H200_LIKE)
+    tpot = _ab(analyse_run(run, QUICK)).metric("tpot_s_p50")
+    stricter = _ab(analyse_run(run, QUICK.model_copy(update={"min_effect": 0.005}))).metric("tpot_s_p50")
+    assert tpot.dof == 2 and tpot.pairs_for_min_effect is not None and tpot.pairs_for_min_effect >= 2
+    assert stricter.pairs_for_min_effect == pytest.approx(4 * tpot.pairs_for_min_effect, rel=0.02)
