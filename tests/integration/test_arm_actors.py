@@ -106,7 +106,9 @@ def runner_with_engine(tmp_path, engine_spec: EngineSpec, kill: bool) -> ArmRunn
 
 def test_a_killed_engine_actor_fails_its_arm_in_the_replay_and_between_rounds_without_raising(local_ray, tmp_path):
     runner = runner_with_engine(tmp_path, EngineSpec(cache_state="as_found"), kill=True)
-    assert runner.open_round(0) is False  # returns: the driver goes on to the next arm
+    # As the driver does it; ray.kill is asynchronous, so the counters' read may still be answered, the round not.
+    if runner.open_round(0):
+        runner.replay(0, time.time())  # returns: the driver goes on to the next arm
     assert runner.failure is not None
     assert runner.failure[0] == (
         "engine actor died: The actor died unexpectedly before finishing this task. "
