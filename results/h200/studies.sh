@@ -4,6 +4,7 @@
 # then `bash results/h200/collect.sh 540` in back-to-back calls until it reports done.
 set -u
 source "$(dirname "$0")/gpu-env.sh"
-prewarm
+# MOEPERF_PREWARM=0 skips the import timings (about 70 s): a hold of cold starts (claim 3) has no time for them.
+[ "${MOEPERF_PREWARM:-1}" = 0 ] || prewarm
 for name in "$@"; do study "$name"; done
 touch "$C/done"
