@@ -338,7 +338,8 @@ class ExperimentConfig(FrozenStrictModel):
     rounds: int = Field(
         1,
         ge=1,
-        description="Rounds. interleaved: arms run A B B A ... on the same resources, a fresh engine each turn; "
+        description="Rounds. interleaved: arms run A B C, C B A, then B C A, A C B, ... (mirrored pairs of rounds, "
+        "each pair starting one arm further on) on the same resources, a fresh engine each turn; "
         "parallel: engines stay up and the prefix cache is reset and health checked between rounds.",
     )
     first_round: int = Field(
@@ -346,7 +347,7 @@ class ExperimentConfig(FrozenStrictModel):
         ge=0,
         description="Index of this run's first round. A run that continues an earlier run's rounds in another "
         "stretch of machine time (a GPU hold too short for all of them) starts where that one stopped: its rounds "
-        "get prompts of their own, the A B B A order and the sweep's level order carry on, and `moeperf combine` "
+        "get prompts of their own, the arms' order and the sweep's level order carry on, and `moeperf combine` "
         "pools the runs into one result whose rounds are all of theirs.",
     )
     time_budget_s: float | None = Field(

@@ -18,7 +18,7 @@ ErrorKind = Literal["timeout", "reset", "http", "bad_sse", "connect", "not_sent"
 class RequestRecord(StrictModel):
     index: int = Field(description="Position of the request in the replayed schedule.")
     arm: str = Field(description="Arm the request was sent to.")
-    round: int = Field(0, ge=0, description="Round of the experiment (arms interleaved A B B A ...).")
+    round: int = Field(0, ge=0, description="Round of the experiment (arms interleaved A B C, C B A, B C A, ...).")
     client: int = Field(0, ge=0, description="Client actor (shard) that sent it.")
     level: int | None = Field(
         None, ge=0, description="Sweep level (position in sweep.levels) it was sent at; null: the run has no sweep."

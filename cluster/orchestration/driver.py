@@ -1,11 +1,12 @@
 """The run driver: config in, result file out, with every engine stopped whatever happens.
 
 A run is a plan of *turns* (``plan_turns``): with ``engine.cache_state: shared_warm`` first one
-warm-up turn per distinct arm setting, then the measured turns (interleaved: one arm each, A B B A
-...; parallel: every arm at once, per round). Bad input raises ``RunError`` before anything starts;
-after that, whatever happens (an arm's failure, a bug in the driver, Ctrl-C or SIGTERM), every
-engine is stopped and ``result.json`` is written: 'failed' with ``error`` set when the driver
-itself raised, 'interrupted' on Ctrl-C, and every finished record is in it and on disk.
+warm-up turn per distinct arm setting, then the measured turns (interleaved: one arm each, A B C then
+C B A, each next pair of rounds starting one arm further on: ``arm_order``; parallel: every arm at
+once, per round). Bad input raises ``RunError`` before anything starts; after that, whatever
+happens (an arm's failure, a bug in the driver, Ctrl-C or SIGTERM), every engine is stopped and
+``result.json`` is written: 'failed' with ``error`` set when the driver itself raised, 'interrupted'
+on Ctrl-C, and every finished record is in it and on disk.
 """
 
 from __future__ import annotations
@@ -120,10 +121,26 @@ def plan_turns(cfg: ExperimentConfig) -> list[Turn]:
     for round_index in range(cfg.first_round, cfg.first_round + cfg.rounds):
         if cfg.placement == "parallel":
             turns.append(Turn("measured", round_index, names))
-        else:  # A B B A ...: alternating order cancels linear drift
-            order = names if round_index % 2 == 0 else names[::-1]
-            turns += [Turn("measured", round_index, (n,)) for n in order]
+        else:
+            turns += [Turn("measured", round_index, (n,)) for n in arm_order(names, round_index)]
     return turns
+
+
+def arm_order(names: tuple[str, ...], round_index: int) -> tuple[str, ...]:
+    """The order of the interleaved engines in round ``round_index``: rounds 2j and 2j + 1 are mirror images
+    (a linear drift over the pair cancels), and with three or more arms each pair starts one arm further on.
+
+    Mirroring alone (A B C, C B A) keeps the middle arm in the middle for ever, so anything tied to an engine's
+    place on the machine is read as that arm's effect. On the H200 (2026-12-03, claim 1's steady series) the
+    middle engine of both rounds was the A/A control, 11% slower at c=64 both times. Rotating the row of a
+    cyclic Latin square every pair puts every arm in every place equally often over 2k rounds (k arms); with
+    two arms the mirror does that already and the order stays A B, B A. Rounds 0 and 1 are A B C, C B A for
+    any k, so a run continued with ``first_round`` keeps the order of those it pools with.
+    """
+    k = len(names)
+    shift = (round_index // 2) % k if k > 2 else 0
+    row = names[shift:] + names[:shift]
+    return row if round_index % 2 == 0 else row[::-1]
 
 
 @dataclass
@@ -624,6 +641,7 @@ __all__ = [
     "Driver",
     "RunError",
     "Turn",
+    "arm_order",
     "arm_settings",
     "connect_ray",
     "plan",

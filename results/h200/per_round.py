@@ -4,8 +4,8 @@ Why: a sweep's per-level interval pools its rounds, and a wide one can come from
 a fresh engine) or from the estimator (a short closed-loop level has ramp edges). Two estimators side by
 side tell which: tokens over the level's span, and Little's law (concurrency x mean tokens / mean E2E),
 which has no edges. When they agree per round and the rounds still differ, the engines differ. "pos" is the
-arm-round's place among its round's engines, in the order the driver ran them (``plan_turns``: A B C, then C B A),
-so a drift with the engines' order on one machine shows beside the setting.
+arm-round's place among its round's engines, in the order the driver ran them (``plan_turns``: A B C, C B A,
+then B C A, A C B, ...), so a drift with the engines' order on one machine shows beside the setting.
 
     python3 results/h200/per_round.py results/h200/<run>
 """
