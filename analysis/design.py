@@ -16,15 +16,21 @@ batch means). tau^2 = 2 sigma_e^2 is the engine-pair variance. It is estimated f
   SS = sum_k c_k^2 - sum_k s_k^2, on K_c degrees of freedom;
 
 pooled: tau^2 = max(0, sum SS / nu), nu = (K - 1) + sum K_c. The variance of the pooled log(B/A)
-is W = tau^2 / K + se_within^2, and intervals use Student's t on nu degrees of freedom. W is never
-below the variance an exact t on nu degrees would use (the truncation only adds), so the interval
-is at least as wide as an exact one. With placement ``parallel`` engines stay up across rounds:
+is W = max(tau^2 / K + se_within^2, V / K), and intervals use Student's t on nu degrees of freedom.
+V = (sum_k (d_k - mean d)^2 + sum_k c_k^2) / nu is the pairs' raw mean square, what a plain t on the
+engine pairs would use: W is never below it. Without that floor a source whose within-engine error
+is overstated cancels the engine term another source shows, and a comparison whose own within-engine
+error is understated is left with almost no variance. Measured on the H200 (claim 1's steady series,
+2026-12-03): at c=4 every time block held the same count of completed requests in both arms, so the
+paired batch-means error of the request rate was 0, the control's was 4%, tau^2 truncated to 0, and a
+3% difference got an interval of zero width and "regressed". With placement ``parallel`` engines stay up across rounds:
 the rounds are one engine pair (K = 1), and only an A/A control can supply nu. When nu = 0 the
 design cannot estimate the engine term and the metric gets no verdict.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -49,10 +55,12 @@ def engine_pairs(placement: Placement, shared_rounds: Sequence[int]) -> list[tup
 
 @dataclass(frozen=True)
 class NoiseTerm:
-    """One source's evidence on tau^2, per metric: the sum of squares beyond within-engine error and its dof."""
+    """One source's evidence on tau^2, per metric: the sum of squares beyond within-engine error, the raw sum
+    of squares (within-engine error included) and their dof."""
 
     excess_ss: np.ndarray  # (m,), NaN where the metric is undefined in this source
     dof: np.ndarray  # (m,) int
+    raw_ss: np.ndarray | None = None  # (m,); None: no pairs (dof 0)
 
 
 def own_term(est: PairedEstimates) -> NoiseTerm:
@@ -63,16 +71,18 @@ def own_term(est: PairedEstimates) -> NoiseTerm:
         return NoiseTerm(np.zeros(m), np.zeros(m, dtype=np.int64))
     d, s = est.pair_log_ratios, est.pair_se
     ok = np.all(np.isfinite(d), axis=0) & np.all(np.isfinite(s), axis=0)
-    ss = np.sum((d - d.mean(axis=0)) ** 2, axis=0) - (1 - 1 / k) * np.sum(s**2, axis=0)
-    return NoiseTerm(np.where(ok, ss, np.nan), np.where(ok, k - 1, 0))
+    raw = np.sum((d - d.mean(axis=0)) ** 2, axis=0)
+    ss = raw - (1 - 1 / k) * np.sum(s**2, axis=0)
+    return NoiseTerm(np.where(ok, ss, np.nan), np.where(ok, k - 1, 0), np.where(ok, raw, np.nan))
 
 
 def control_term(est: PairedEstimates) -> NoiseTerm:
     """An A/A control's engine pairs: their log ratios are pure noise (true value 0)."""
     d, s = est.pair_log_ratios, est.pair_se
     ok = np.all(np.isfinite(d), axis=0) & np.all(np.isfinite(s), axis=0)
-    ss = np.sum(d**2, axis=0) - np.sum(s**2, axis=0)
-    return NoiseTerm(np.where(ok, ss, np.nan), np.where(ok, est.pairs, 0))
+    raw = np.sum(d**2, axis=0)
+    ss = raw - np.sum(s**2, axis=0)
+    return NoiseTerm(np.where(ok, ss, np.nan), np.where(ok, est.pairs, 0), np.where(ok, raw, np.nan))
 
 
 @dataclass(frozen=True)
@@ -81,22 +91,32 @@ class EngineNoise:
 
     tau2: np.ndarray  # (m,), NaN where dof == 0
     dof: np.ndarray  # (m,) int
+    pair_ms: np.ndarray | None = None  # (m,) the pairs' raw mean square V; None: not known (no floor)
 
     @property
     def engine_sd_rel(self) -> np.ndarray:
         """The implied SD of one engine's offset, relative: exp(sqrt(tau^2 / 2)) - 1."""
         return np.expm1(np.sqrt(self.tau2 / 2))
 
+    def variance(self, j: int, pairs: int, se_within: float) -> float:
+        """W of metric ``j`` for a mean over ``pairs`` engine pairs: max(tau^2 / K + se_within^2, V / K)."""
+        w = float(self.tau2[j]) / pairs + se_within**2
+        floor = float(self.pair_ms[j]) / pairs if self.pair_ms is not None else math.nan
+        return max(w, floor) if math.isfinite(floor) else w
+
 
 def pool(terms: Sequence[NoiseTerm], m: int) -> EngineNoise:
-    ss, dof = np.zeros(m), np.zeros(m, dtype=np.int64)
+    ss, raw, dof = np.zeros(m), np.zeros(m), np.zeros(m, dtype=np.int64)
     for t in terms:
         use = t.dof > 0
         ss = np.where(use, ss + np.nan_to_num(t.excess_ss), ss)
+        if t.raw_ss is not None:
+            raw = np.where(use, raw + np.nan_to_num(t.raw_ss), raw)
         dof = dof + np.where(use, t.dof, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau2 = np.where(dof > 0, np.maximum(ss, 0.0) / np.maximum(dof, 1), np.nan)
-    return EngineNoise(tau2, dof)
+        pair_ms = np.where(dof > 0, raw / np.maximum(dof, 1), np.nan)
+    return EngineNoise(tau2, dof, pair_ms)
 
 
 def design_advice(placement: Placement, baseline: str) -> str:

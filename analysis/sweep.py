@@ -552,8 +552,8 @@ def _statistic(
     settings: AnalysisSettings,
     missing: str | None,
 ) -> SweepStatistic:
-    """One B/A statistic judged by the rule of ``verdicts.compare_samples``: W = tau^2 / K + se_within^2, t on
-    the engine term's dof, Bonferroni over the comparison's sweep statistics, min_effect."""
+    """One B/A statistic judged by the rule of ``verdicts.compare_samples``: W = max(tau^2 / K + se_within^2,
+    V / K), t on the engine term's dof, Bonferroni over the comparison's sweep statistics, min_effect."""
     alpha_j = settings.alpha / len(STATISTIC_KEYS)
     lr, se_w = float(est.log_ratio[j]), float(est.se_within[j])
     dof = int(noise.dof[j])
@@ -574,7 +574,7 @@ def _statistic(
         verdict = "no verdict (design)"
         note = "engine-instance noise not estimable: one engine per arm and no A/A control"
     else:
-        se = math.sqrt(float(noise.tau2[j]) / est.pairs + se_w**2)
+        se = math.sqrt(noise.variance(j, est.pairs, se_w))
         q = stats.t_two_sided(alpha_j, dof)
         lo, hi = math.exp(lr - q * se), math.exp(lr + q * se)
         ci = (lo, hi)

@@ -4,10 +4,11 @@ A metric is *regressed* (or *improved*) only when the interval of log(B/A) at th
 lies wholly on the worse (better) side of zero and the effect is at least ``min_effect``. The
 family is the comparison's metrics (Bonferroni), so an A/A comparison flags nothing in at least
 1 - alpha of runs, and the interval includes the difference between engine instances
-(``analysis.design``): W = tau^2 / K + se_within^2 with Student's t on the engine term's degrees of
-freedom. A design that cannot estimate that term (one engine per arm, no A/A control) gives no
-verdict and says what to add. The A/A comparison itself is the run's noise floor: its discrepancy
-and the smallest effect it lets a comparison detect, never "improved" or "regressed".
+(``analysis.design``): W = max(tau^2 / K + se_within^2, V / K) with Student's t on the engine term's
+degrees of freedom, V the engine pairs' raw mean square. A design that cannot estimate that term
+(one engine per arm, no A/A control) gives no verdict and says what to add. The A/A comparison
+itself is the run's noise floor: its discrepancy and the smallest effect it lets a comparison
+detect, never "improved" or "regressed".
 
 ``ci_within_engine`` is the interval one engine's requests alone give (what earlier versions
 decided on): shown, never decided on.
@@ -208,7 +209,7 @@ def compare_samples(
     for j, spec in enumerate(stats.METRICS):
         lr, se_w = float(est.log_ratio[j]), float(est.se_within[j])
         dof = int(noise.dof[j])
-        w = float(noise.tau2[j]) / k + se_w**2 if dof > 0 else math.nan
+        w = noise.variance(j, k, se_w) if dof > 0 else math.nan
         q = stats.t_two_sided(alpha_j, dof) if dof > 0 else math.nan
         se = math.sqrt(w) if math.isfinite(w) else math.nan
         mde = math.expm1((q + stats.t_one_sided(settings.power, dof)) * se) if math.isfinite(se) else None
