@@ -126,8 +126,9 @@ def test_a_level_laid_after_another_keeps_its_own_latencies_and_window():
 
 # Before the sweep changes: analyse_run(synthetic run below, 200 resamples): B vs A, (ratio, ci, verdict).
 GOLDEN = {
-    "ttft_s_p50": (0.9620947016344896, (0.8558606355078113, 1.08151511649318), "no detectable difference"),
-    "ttft_s_p90": (1.0083158844143616, (0.8447380985470713, 1.203569395663599), "no detectable difference"),
+    # TTFT's two intervals widened a little on 2026-12-03, when W got its floor V / K (analysis/design.py)
+    "ttft_s_p50": (0.9620947016344896, (0.8531836584085633, 1.0849085138828385), "no detectable difference"),
+    "ttft_s_p90": (1.0083158844143616, (0.8393020273624096, 1.2113647883794594), "no detectable difference"),
     "ttft_s_p99": (1.0324223997663522, None, "not measured"),
     "tpot_s_p50": (1.0580828679459822, (0.9379416543734669, 1.1936130037732815), "no detectable difference"),
     "tpot_s_p90": (1.0539961168902752, (0.8895644061729466, 1.2488222400883684), "no detectable difference"),
