@@ -165,8 +165,9 @@ class ClientSpec(FrozenStrictModel):
     max_dispatch_lag_p99_ms: float = Field(
         1.0,
         gt=0,
-        description="Flag an arm as client-bound when the p99 of its records' dispatch lag (actual minus intended "
-        "send time, without in-flight-cap waits; merged over every client actor) exceeds this.",
+        description="Flag an arm as client-bound when the p99 of its measured records' dispatch lag (actual minus "
+        "intended send time, without in-flight-cap waits; merged over every client actor; warm-up requests left "
+        "out) exceeds this.",
     )
     actors_per_arm: int = Field(
         1, ge=1, description="Client actors per arm; each replays a round-robin shard of the schedule."
