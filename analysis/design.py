@@ -98,10 +98,14 @@ class EngineNoise:
         """The implied SD of one engine's offset, relative: exp(sqrt(tau^2 / 2)) - 1."""
         return np.expm1(np.sqrt(self.tau2 / 2))
 
+    def floor(self, j: int) -> float:
+        """V of metric ``j``: one pair's variance as the pairs themselves show it; NaN when not known."""
+        return float(self.pair_ms[j]) if self.pair_ms is not None else math.nan
+
     def variance(self, j: int, pairs: int, se_within: float) -> float:
         """W of metric ``j`` for a mean over ``pairs`` engine pairs: max(tau^2 / K + se_within^2, V / K)."""
         w = float(self.tau2[j]) / pairs + se_within**2
-        floor = float(self.pair_ms[j]) / pairs if self.pair_ms is not None else math.nan
+        floor = self.floor(j) / pairs
         return max(w, floor) if math.isfinite(floor) else w
 
 

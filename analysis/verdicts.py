@@ -154,7 +154,7 @@ def _interval(log_ratio: float, se: float, q: float) -> tuple[float, float] | No
 
 
 def pairs_for_effect(
-    effect_rel: float, tau2: float, se_within: float, pairs: int, alpha: float, power: float
+    effect_rel: float, tau2: float, se_within: float, pairs: int, alpha: float, power: float, floor: float = 0.0
 ) -> int | None:
     """How many engine pairs make a change of ``effect_rel`` detectable at ``power`` (two-sided ``alpha``).
 
@@ -162,8 +162,9 @@ def pairs_for_effect(
     needs the count. One pair's log ratio varies by the engine-instance variance ``tau2`` plus its own
     within-engine error, ``pairs`` x ``se_within``^2 for a mean over ``pairs`` pairs; the mean over K pairs then
     has (tau2 + pairs se_within^2) / K. Normal quantiles stand in for Student's t, so with few pairs the count
-    is a lower bound. At least 2: one pair estimates no engine term."""
-    per_pair = tau2 + pairs * se_within**2
+    is a lower bound. At least 2: one pair estimates no engine term. ``floor``: the pairs' raw mean square V,
+    below which the interval never goes (``design.EngineNoise.variance``)."""
+    per_pair = max(tau2 + pairs * se_within**2, floor if math.isfinite(floor) else 0.0)
     if effect_rel <= 0 or pairs < 1 or not (math.isfinite(per_pair) and per_pair >= 0):
         return None
     z = stats.z_two_sided(alpha) + stats.z_one_sided(power)
@@ -214,7 +215,9 @@ def compare_samples(
         se = math.sqrt(w) if math.isfinite(w) else math.nan
         mde = math.expm1((q + stats.t_one_sided(settings.power, dof)) * se) if math.isfinite(se) else None
         needed = (
-            pairs_for_effect(settings.min_effect, float(noise.tau2[j]), se_w, k, alpha_j, settings.power)
+            pairs_for_effect(
+                settings.min_effect, float(noise.tau2[j]), se_w, k, alpha_j, settings.power, noise.floor(j)
+            )
             if dof > 0
             else None
         )

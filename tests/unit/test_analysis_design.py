@@ -7,6 +7,7 @@ import pytest
 
 from analysis import design
 from analysis.stats import PairedEstimates
+from analysis.verdicts import pairs_for_effect
 
 
 def estimates(d, s):
@@ -26,6 +27,9 @@ def test_a_comparison_with_no_within_engine_error_is_never_narrower_than_its_pai
     w = noise.variance(0, ab.pairs, float(ab.se_within[0]))
     assert w == pytest.approx(raw / 2)  # a plain t on the pairs' spread, not 0
     assert math.sqrt(w) > 0.007
+    # and the pairs a 1% change would take are counted from the same variance, not from none
+    assert pairs_for_effect(0.01, 0.0, 0.0, 2, 0.05 / 14, 0.8) == 2
+    assert pairs_for_effect(0.01, 0.0, 0.0, 2, 0.05 / 14, 0.8, noise.floor(0)) > 10
 
 
 def test_the_floor_leaves_a_sound_estimate_alone():
