@@ -23,4 +23,10 @@ python3 results/h200/engine_gap.py http://127.0.0.1:9090 2>/dev/null
 # What used the CPUs just now (the A/A gap's host-side suspects: a client, Prometheus, Ray, a leftover process).
 ps -eo pid,psr,pcpu,rss,etimes,args --sort=-pcpu 2>/dev/null | head -12 | cut -c1-160
 tail -3 "$C"/*.log 2>/dev/null | cut -c1-300
+# Once the campaign is done, its JIT cache comes back too (jit-seed.sh pack: 2-4 MB), in this same call: a call
+# after this one must start within 30 s, and hold 6 (2026-12-03) lost its seed to a late one. Here:
+# `bash results/h200/jit-seed.sh keep DIR` with the folder the call's files came back to.
+if [ -f "$C/done" ] && find "$C/runs" -mindepth 2 -maxdepth 2 -name jit-cache -type d 2>/dev/null | grep -q .; then
+  bash "$(dirname "$0")/jit-seed.sh" pack || echo "collect.sh: the JIT cache was not packed" >&2
+fi
 tar -czf "$OUT/campaign.tgz" -C "$C" --exclude='*/jit-cache' . && ls -la "$OUT"
