@@ -26,6 +26,7 @@ from pydantic import Field
 from analysis import design, stats
 from analysis.compilation import compile_check
 from analysis.compile_attribution import CompileAttributionSummary, attribute_run
+from analysis.places import arm_places, place_note
 from analysis.samples import ArmSamples, arm_control_of
 from analysis.steady_state import SteadyStateRule, judged_arms
 from common.strict import StrictModel
@@ -345,16 +346,19 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
         judged.samples, {a.name: arm_control_of(a) for a in result.arms}, base, settings, placement
     )
     pooled = _pooled_levels_note(result)
+    placed = arm_places(result.turns)
     checked = []
     for c in comparisons:
         chk = compile_check(result.arm(c.a_arm), result.arm(c.b_arm))
+        place = place_note(placed, [c.a_arm, c.b_arm, *(n for n in c.controls if n != c.b_arm)])
+        notes = [chk.note, place, pooled]
         checked.append(
             c.model_copy(
                 update={
                     "confounded_by_compilation": chk.confounded,
                     "compiles_a": chk.compiles_a,
                     "compiles_b": chk.compiles_b,
-                    "notes": c.notes + ([chk.note] if chk.note else []) + ([pooled] if pooled else []),
+                    "notes": c.notes + [n for n in notes if n],
                 }
             )
         )

@@ -367,6 +367,16 @@ class RecordsNotLoadedError(RuntimeError):
     pass
 
 
+class TurnRecord(_Model):
+    """One turn of the run as the driver ran it: which engines, in which round, when."""
+
+    kind: Literal["warmup", "measured"] = Field(description="'warmup': the unmeasured warm-up pass of one setting.")
+    round: int = Field(description="Round of a measured turn (0 for the warm-up pass).")
+    arms: list[str] = Field(description="The arm (interleaved), every arm (parallel), or the warm-up's setting.")
+    started_at: str = Field(description="UTC, ISO 8601.")
+    ended_at: str | None = Field(None, description="UTC, ISO 8601; null when the turn did not end (the run stopped).")
+
+
 class RunResult(_Model):
     schema_version: Literal[1, 2, 3] = RESULT_SCHEMA_VERSION
     run_id: str
@@ -391,6 +401,13 @@ class RunResult(_Model):
         default_factory=list,
         description="The warm-up pass of engine.cache_state shared_warm, one engine per distinct arm setting, in the "
         "order they ran (all before the first measured arm). Empty for cold_per_arm and as_found.",
+    )
+    turns: list[TurnRecord] = Field(
+        default_factory=list,
+        description="Every turn in the order it ran: with interleaved placement an arm's place among its round's "
+        "engines, which the analysis checks for a place effect read as an arm's (analysis/places.py). A combined "
+        "result holds its parts' turns in part order. Empty in files written before 2026-12-03 and in recovered "
+        "results (the driver that knew them had died).",
     )
 
     @model_validator(mode="before")

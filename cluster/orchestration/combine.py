@@ -205,6 +205,7 @@ def combine(run_paths: Sequence[Path], out_dir: Path, command: list[str]) -> Run
         notes=notes,
         error="; ".join(f"{r.run_id}: {r.error}" for r in runs if r.error) or None,
         warmup_pass=[w for r in runs for w in r.warmup_pass],
+        turns=[t for r in runs for t in r.turns],
     )
     (out_dir / "result.json").write_text(result.model_dump_json(indent=1))
     (out_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

@@ -43,7 +43,7 @@ from cluster.orchestration.threads import run_in_threads
 from experiment.config import ArmSpec, ConfigError, ExperimentConfig
 from moe_opt.flags import OptimizationFlags
 from moe_opt.tune.folder import folder_problem
-from result_format.run_result import ArmResult, RunResult, ScheduleInfo, WarmupPassInfo
+from result_format.run_result import ArmResult, RunResult, ScheduleInfo, TurnRecord, WarmupPassInfo
 from workloads.schedule_columns import ScheduleColumns
 from workloads.schedule_file import write_schedule
 from workloads.sweep import LevelPlan, plan_levels, sweep_schedule, warmup_pass_levels
@@ -301,6 +301,7 @@ class Driver:
         self.progress: Progress = make_progress(cfg.rounds)
         self.metrics = RunMetrics(cfg, self.run_id)
         self.turns = plan_turns(cfg)
+        self.turn_log: list[TurnRecord] = []
         self.runners: list[ArmRunner] = []
         self.warmups: dict[str, _Warmup] = {}
         self.levels: list[LevelPlan] = []
@@ -439,12 +440,15 @@ class Driver:
                 if (why := budget.refuses(turn.round, now_s)) is not None:
                     self._end_rounds_early(turn.round, why)
                     return
+            record = TurnRecord(kind=turn.kind, round=turn.round, arms=list(turn.names), started_at=_utc_now())
+            self.turn_log.append(record)
             if turn.kind == "warmup":
                 self._warm_up(self.warmups[turn.names[0]], by_name)
             elif self.cfg.placement == "parallel":
                 self._parallel_round([by_name[n] for n in turn.names], turn.round)
             else:
                 self._interleaved_turn(by_name[turn.names[0]], turn.round)
+            self.turn_log[-1] = record.model_copy(update={"ended_at": _utc_now()})
             hooks.after_turn(done)
             if turn.kind == "measured":
                 budget.turn_ended(turn.round, time.monotonic())
@@ -611,6 +615,7 @@ class Driver:
             notes=notes,
             error=error,
             warmup_pass=[w.info for w in self.warmups.values() if w.info is not None],
+            turns=self.turn_log,
         )
 
     def _arm_result(self, r: ArmRunner, interrupted: bool, error: str | None) -> ArmResult:

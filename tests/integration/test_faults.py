@@ -243,6 +243,10 @@ def test_a_driver_error_after_the_warm_up_and_first_arm_still_writes_the_result(
     assert warm["records_file"] == "records/warmup-a.parquet" and len(warm_records) == 3
     assert {rec["arm"] for rec in warm_records} == {"warmup-a"}  # never mixed into an arm
     assert out.index("warm-up pass: setting a") < out.index("arm a: round 0: starting engine")
+    # the turns that ran, both ended before the driver raised; a-aa's never started
+    assert [(t["kind"], t["arms"], t["ended_at"] is not None) for t in res["turns"]] == [
+        ("warmup", ["a"], True), ("measured", ["a"], True),
+    ]  # fmt: skip
     first, second = res["arms"]
     assert first["status"] == "ok" and first["requests_succeeded"] == 6 and len(first["records"]) == 6
     assert len(records_on_disk(run_dir / first["records_file"])) == 6

@@ -60,6 +60,11 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
     assert res["notes"][0].endswith("the result holds rounds 0-0: continue with --first_round 1")
     assert [a["name"] for a in res["arms"]] == ["baseline", "all-optimizations"]
     assert [a["rounds"] for a in res["arms"]] == [1, 1]
+    # the turns as they ran: round 0 only, each with its start and end (the analysis reads places from them)
+    assert [(t["kind"], t["round"], t["arms"]) for t in res["turns"]] == [
+        ("measured", 0, ["baseline"]), ("measured", 0, ["all-optimizations"]),
+    ]  # fmt: skip
+    assert all(t["started_at"] <= t["ended_at"] for t in res["turns"])
     for arm in res["arms"]:
         assert arm["status"] == "ok"
         assert arm["requests_planned"] == arm["requests_sent"] == arm["requests_succeeded"] == 6
