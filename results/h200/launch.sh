@@ -25,7 +25,12 @@ rm -rf "$dst"; mkdir -p "$dst"
 tar -C "$src" --exclude='./.gpu[0-9]*' --exclude='./.fi[0-9]*' --exclude='./runs' -cf - . | tar -C "$dst" -xf -
 cd "$dst"
 if [ $prom = 1 ]; then
-  mkdir -p "$HOME/prom/bin" && xz -dc .prom/prometheus.xz >"$HOME/prom/bin/prometheus" && chmod +x "$HOME/prom/bin/prometheus"
+  # Unpacked here, or by an earlier call that carried .prom alone (the same two commands): a call carries the
+  # tracked tree and its parts within 64 MiB, and the tree grows with every committed hold.
+  if [ -f .prom/prometheus.xz ]; then
+    mkdir -p "$HOME/prom/bin" && xz -dc .prom/prometheus.xz >"$HOME/prom/bin/prometheus" && chmod +x "$HOME/prom/bin/prometheus"
+  fi
+  [ -x "$HOME/prom/bin/prometheus" ] || { echo "--prometheus: no .prom/prometheus.xz carried and no $HOME/prom/bin/prometheus" >&2; exit 2; }
   PATH=$HOME/prom/bin:$PATH PYTHONPATH=$PWD:$HOME/moeperf-stash/site setsid nohup python3 -m dashboards.cli prometheus \
     --port 9090 --data "$HOME/prom/data" --scrape-interval 1s >"$HOME/prom/serve.log" 2>&1 </dev/null &
   export MOEPERF_DASHBOARDS_CHECK=http://127.0.0.1:9090
