@@ -60,7 +60,7 @@ class NoiseTerm:
 
     excess_ss: np.ndarray  # (m,), NaN where the metric is undefined in this source
     dof: np.ndarray  # (m,) int
-    raw_ss: np.ndarray | None = None  # (m,); None: no pairs (dof 0)
+    raw_ss: np.ndarray  # (m,)
 
 
 def own_term(est: PairedEstimates) -> NoiseTerm:
@@ -68,7 +68,7 @@ def own_term(est: PairedEstimates) -> NoiseTerm:
     k = est.pairs
     m = est.log_ratio.size
     if k < 2:
-        return NoiseTerm(np.zeros(m), np.zeros(m, dtype=np.int64))
+        return NoiseTerm(np.zeros(m), np.zeros(m, dtype=np.int64), np.zeros(m))
     d, s = est.pair_log_ratios, est.pair_se
     ok = np.all(np.isfinite(d), axis=0) & np.all(np.isfinite(s), axis=0)
     raw = np.sum((d - d.mean(axis=0)) ** 2, axis=0)
@@ -91,7 +91,7 @@ class EngineNoise:
 
     tau2: np.ndarray  # (m,), NaN where dof == 0
     dof: np.ndarray  # (m,) int
-    pair_ms: np.ndarray | None = None  # (m,) the pairs' raw mean square V; None: not known (no floor)
+    pair_ms: np.ndarray  # (m,) the pairs' raw mean square V, NaN where dof == 0
 
     @property
     def engine_sd_rel(self) -> np.ndarray:
@@ -99,8 +99,8 @@ class EngineNoise:
         return np.expm1(np.sqrt(self.tau2 / 2))
 
     def floor(self, j: int) -> float:
-        """V of metric ``j``: one pair's variance as the pairs themselves show it; NaN when not known."""
-        return float(self.pair_ms[j]) if self.pair_ms is not None else math.nan
+        """V of metric ``j``: one pair's variance as the pairs themselves show it; NaN when no pair shows it."""
+        return float(self.pair_ms[j])
 
     def variance(self, j: int, pairs: int, se_within: float) -> float:
         """W of metric ``j`` for a mean over ``pairs`` engine pairs: max(tau^2 / K + se_within^2, V / K)."""
@@ -114,8 +114,7 @@ def pool(terms: Sequence[NoiseTerm], m: int) -> EngineNoise:
     for t in terms:
         use = t.dof > 0
         ss = np.where(use, ss + np.nan_to_num(t.excess_ss), ss)
-        if t.raw_ss is not None:
-            raw = np.where(use, raw + np.nan_to_num(t.raw_ss), raw)
+        raw = np.where(use, raw + np.nan_to_num(t.raw_ss), raw)
         dof = dof + np.where(use, t.dof, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau2 = np.where(dof > 0, np.maximum(ss, 0.0) / np.maximum(dof, 1), np.nan)

@@ -5,7 +5,7 @@ its own. On the H200 (2026-12-03) the middle engine of both rounds of claim 1's 
 c=64 than the other two; it was the A/A control both times, because mirrored rounds (A B C, C B A) keep the middle
 arm in the middle. An arm that held one place in every round is confounded with that place: its comparison, or
 the noise floor it sets, may be the place's. Runs since then rotate the order every pair of rounds
-(``cluster.orchestration.driver.arm_order``), which frees every arm after four rounds of three arms.
+(``cluster.orchestration.driver.arm_order``): with three arms, from round 2 on no arm has held one place.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from common.strict import StrictModel
-from workloads.record_columns import RecordColumns
+from workloads.record_columns import RecordColumns, as_columns
 from workloads.records import RequestRecord
 
 LOOP_PROBE_INTERVAL_S = 0.01
@@ -64,11 +64,7 @@ def client_bound(
     at one instant and so sent one after another; on the H200 (2026-12-03) the 64th of a c=64 wave left 1.9-2.9 ms
     after its plan, which made the p99 over all records 1.8-2.7 ms and flagged every arm, while the measured
     records' p99 was 0.78-0.91 ms."""
-    if isinstance(records, RecordColumns):
-        records = records.measured
-    else:
-        records = [r for r in records if not r.warmup]
-    p99 = dispatch_lag_p99_ms(records)
+    p99 = dispatch_lag_p99_ms(as_columns(records).measured)
     return ClientBound(flagged=p99 is not None and p99 > bound_ms, dispatch_lag_p99_ms=p99, bound_ms=bound_ms)
 
 
