@@ -6,10 +6,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis.step_time_rounds import compare_rounds, round_steps
+from analysis.html_report import render_html
+from analysis.markdown import render_markdown
+from analysis.step_time_rounds import SECTION_TITLE, compare_rounds, round_steps, step_time_rounds
+from analysis.synthetic import SyntheticArm, synthetic_run
+from analysis.verdicts import AnalysisSettings, analyse_run
 from moe_opt.flags import OptimizationFlags
-from result_format.run_result import ArmResult
+from result_format.run_result import ArmResult, RunResult
 
+QUICK = AnalysisSettings(bootstrap_resamples=100)
 GPU_COUNT, GPU_SUM = "moeperf_gpu_step_seconds_count", "moeperf_gpu_step_seconds_sum"
 HOST_COUNT, HOST_SUM = "moeperf_rank_step_seconds_count", "moeperf_rank_step_seconds_sum"
 
@@ -82,3 +87,53 @@ def test_only_rounds_both_arms_have_are_paired():
     decode = compare_rounds(a, b, "ab", "interleaved").phase("decode")
     assert decode is not None and [r.round for r in decode.rounds] == [1]
     assert decode.gpu.engine_pairs == 1 and decode.gpu.ci is None and decode.gpu.ratio == pytest.approx(0.99)
+
+
+# --- the reports --------------------------------------------------------------------------------------------
+
+
+def _three_arm_run(with_rounds: bool) -> RunResult:
+    arms = [SyntheticArm("baseline"), SyntheticArm("baseline-aa", control_of="baseline"), SyntheticArm("b")]
+    run = synthetic_run("steps", "2026-12-04T00:00:00+00:00", arms, 60, seed=2, rounds=2, sigma=0.05)
+    if not with_rounds:
+        return run
+    gpu_ms = {"baseline": (10.0, 10.0), "baseline-aa": (10.2, 9.9), "b": (9.0, 9.5)}
+    return run.model_copy(
+        update={
+            "arms": [
+                a.model_copy(update={"window_metrics_by_round": {r: _round(gpu_ms[a.name][r], 4.0) for r in (0, 1)}})
+                for a in run.arms
+            ]
+        }
+    )
+
+
+def test_both_reports_show_each_round_and_the_pooled_row_with_the_controls_column():
+    run = _three_arm_run(with_rounds=True)
+    analysis = analyse_run(run, QUICK)
+    comparisons = step_time_rounds(run, analysis)
+    assert [(c.b_arm, c.a_arm, c.kind) for c in comparisons] == [("b", "baseline", "ab"),
+                                                                 ("baseline-aa", "baseline", "aa")]  # fmt: skip
+    md = render_markdown(run, analysis)
+    assert f"## {SECTION_TITLE}" in md
+    header = next(line for line in md.splitlines() if line.startswith("| B vs A | phase | round |"))
+    assert header.endswith("| A'/A GPU | A'/A host |")
+    rows = [line for line in md.splitlines() if line.startswith("| b vs baseline | decode |")]
+    assert len(rows) == 3  # rounds 0 and 1, then the pooled one
+    assert rows[0].startswith("| b vs baseline | decode | 0 | 10.000 | 9.000 | 0.900 |")
+    assert rows[0].endswith("| 1.020 | 1.000 |")  # the control's A'/A in the same round
+    assert rows[1].endswith("| 0.990 | 1.000 |")
+    pooled = math.sqrt(0.9 * 0.95)
+    assert rows[2].startswith(f"| b vs baseline | decode | geo. mean, 2 engine pair(s) |  |  | {pooled:.3f} [")
+    assert any(line.startswith("| baseline-aa vs baseline (A/A) | decode | 0 |") for line in md.splitlines())
+    html = render_html(run, analysis)
+    assert f"<h2>{SECTION_TITLE}</h2>" in html and '<table class="step-rounds">' in html
+    assert "<td>b vs baseline</td><td>decode</td><td>0</td><td>10.000</td><td>9.000</td><td>0.900</td>" in html
+
+
+def test_results_without_per_round_step_times_have_no_section():
+    run = _three_arm_run(with_rounds=False)
+    analysis = analyse_run(run, QUICK)
+    assert step_time_rounds(run, analysis) == []
+    assert SECTION_TITLE not in render_markdown(run, analysis)
+    assert SECTION_TITLE not in render_html(run, analysis)
