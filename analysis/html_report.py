@@ -12,7 +12,7 @@ from html import escape
 
 import numpy as np
 
-from analysis import compile_attribution, engine_window, fmt, routing
+from analysis import compile_attribution, engine_window, fmt, routing, step_time_rounds
 from analysis.markdown import (
     CAPACITY_HEADERS,
     LEVEL_VERDICT_HEADERS,
@@ -265,6 +265,15 @@ def _engine_window(result: RunResult) -> str:
     )
 
 
+def _step_time_rounds(result: RunResult, analysis: RunAnalysis) -> str:
+    """Only when some arm kept its step times per round (the same content as the Markdown's section)."""
+    comparisons = step_time_rounds.step_time_rounds(result, analysis)
+    if not comparisons:
+        return ""
+    table = _table(step_time_rounds.headers(comparisons), step_time_rounds.table_rows(comparisons), cls="step-rounds")
+    return f"<h2>{escape(step_time_rounds.SECTION_TITLE)}</h2><p>{escape(step_time_rounds.SECTION_INTRO)}</p>{table}"
+
+
 def _routing(result: RunResult) -> str:
     """Only when some arm counted its routing (the same content as the Markdown's section)."""
     arms = routing.run_routing(result.arms)
@@ -406,6 +415,7 @@ family-wise alpha {analysis.settings.alpha}, minimum effect
 <h2>Rates per arm</h2>{_rates(analysis)}
 <h2>Latency and throughput</h2>{_charts(result)}
 <h2>Per-rank step stalls and Triton compile events</h2>{_engine_window(result)}
+{_step_time_rounds(result, analysis)}
 {_routing(result)}
 {_compile_attribution(result)}
 <h2>Arms and their flags</h2>{_arms(result)}

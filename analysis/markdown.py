@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis import compile_attribution, engine_window, fmt, routing
+from analysis import compile_attribution, engine_window, fmt, routing, step_time_rounds
 from analysis.nightly import NightlyVerdict
 from analysis.sweep import (
     TABLE_LATENCIES,
@@ -194,6 +194,21 @@ def _engine_window(result: RunResult) -> list[str]:
         "Triton JIT compiles in the measured window (requests waited for these):",
         "",
         *_md_table(engine_window.COMPILE_HEADERS, engine_window.compile_table(result.arms)),
+        "",
+    ]
+
+
+def _step_time_rounds(result: RunResult, analysis: RunAnalysis) -> list[str]:
+    """Only when some arm kept its step times per round (results before that keep one window per arm)."""
+    comparisons = step_time_rounds.step_time_rounds(result, analysis)
+    if not comparisons:
+        return []
+    return [
+        f"## {step_time_rounds.SECTION_TITLE}",
+        "",
+        step_time_rounds.SECTION_INTRO,
+        "",
+        *_md_table(step_time_rounds.headers(comparisons), step_time_rounds.table_rows(comparisons)),
         "",
     ]
 
@@ -428,6 +443,7 @@ def render_markdown(
         )
     lines.append("")
     lines += _engine_window(result)
+    lines += _step_time_rounds(result, analysis)
     lines += _routing(result)
     lines += _compile_attribution(result)
     if analysis.arm_rates:

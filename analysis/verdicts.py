@@ -148,7 +148,9 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _interval(log_ratio: float, se: float, q: float) -> tuple[float, float] | None:
+def log_interval(log_ratio: float, se: float, q: float) -> tuple[float, float] | None:
+    """The ratio interval exp(log_ratio -/+ q se): ratios are judged on the log scale, where B/A and A/B are
+    symmetric and engine offsets add. None when any input is not finite (an undefined side, no dof)."""
     if not (math.isfinite(log_ratio) and math.isfinite(se) and math.isfinite(q)):
         return None
     return (math.exp(log_ratio - q * se), math.exp(log_ratio + q * se))
@@ -222,7 +224,7 @@ def compare_samples(
             if dof > 0
             else None
         )
-        decision = _interval(lr, se, q)
+        decision = log_interval(lr, se, q)
         tail = min(a.n, b.n) * (1 - spec.quantile / 100) if spec.quantile is not None else math.inf
         note = None
         verdict: Verdict = "not measured"
@@ -254,7 +256,7 @@ def compare_samples(
                 b_value=_finite(pb[j]),
                 ratio=math.exp(lr) if math.isfinite(lr) else None,
                 ci=decision,
-                ci_within_engine=_interval(lr, se_w, z),
+                ci_within_engine=log_interval(lr, se_w, z),
                 ci_level=1 - alpha_j,
                 dof=dof,
                 engine_sd_rel=_finite(float(noise.engine_sd_rel[j])) if dof > 0 else None,

@@ -246,6 +246,14 @@ class ArmResult(_Model):
         'by series_key (name{label="value",...}); moeperf_expert_tokens_total is kept as expert_load instead '
         "(results written before that hold its series here too).",
     )
+    window_metrics_by_round: dict[int, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Per measured round (key: round index), the same growth as window_metrics but of the step-time "
+        "series only (moeperf_rank_step_seconds_{count,sum} and moeperf_gpu_step_seconds_{count,sum}, per rank "
+        "and phase): with interleaved placement each round is a fresh engine, so a round's step means are one "
+        "engine's (analysis/step_time_rounds.py). The rounds add up to those series in window_metrics. Empty in "
+        "results written before it and when the engine exports no step times.",
+    )
     triton_compiles_in_window: int | None = Field(
         None, description="Triton JIT compilations while requests were being measured; null if not exported."
     )

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from moe_opt.plugin.metrics import EXPERT_TOKENS_UNPUBLISHED
+from moe_opt.plugin.metrics import EXPERT_TOKENS_UNPUBLISHED, GPU_STEP_SECONDS, RANK_STEP_SECONDS
 from result_format.run_result import series_key
 
 KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
 COMPILES = "moeperf_triton_compiles_total"
 UNPUBLISHED = EXPERT_TOKENS_UNPUBLISHED
+STEP_TIME_PREFIXES = (RANK_STEP_SECONDS + "_", GPU_STEP_SECONDS + "_")
 
 
 def parse_samples(text: str) -> dict[str, float]:
@@ -36,6 +37,15 @@ def window_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
     """Non-zero growth per series; a series born during the window counts from zero."""
     delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
     return {k: v for k, v in delta.items() if v != 0.0}
+
+
+def step_time_series(delta: dict[str, float]) -> dict[str, float]:
+    """The step-time series of a window (host and GPU, ``_count`` and ``_sum`` per rank and phase): what
+    ``ArmResult.window_metrics_by_round`` keeps of each round. Only these, because they are what a round-by-round
+    comparison of engines reads, and a round's whole window (vLLM's series, launches and config lookups by bucket,
+    compiles by kernel) repeated per round would multiply a result's window by its rounds to answer nothing the
+    pooled window does not; the histograms' buckets never reach a window (``parse_samples``)."""
+    return {k: v for k, v in delta.items() if k.startswith(STEP_TIME_PREFIXES)}
 
 
 def compiles_in_window(delta: dict[str, float]) -> int:

@@ -30,7 +30,14 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from cluster.engine.actor import Device, EngineActor
-from cluster.engine.counters import COMPILES, compiles_in_window, parse_samples, unpublished_ranks, window_delta
+from cluster.engine.counters import (
+    COMPILES,
+    compiles_in_window,
+    parse_samples,
+    step_time_series,
+    unpublished_ranks,
+    window_delta,
+)
 from cluster.engine.observed import (
     expert_load_in_window,
     flag_mismatch,
@@ -189,6 +196,7 @@ class ArmRunner:
         self.clients: list[Any] = []
         self.client_nodes: list[str] = []
         self.window_metrics: dict[str, float] = {}
+        self.window_metrics_by_round: dict[int, dict[str, float]] = {}  # step-time series only (step_time_series)
         self.metrics_seen = False
         self._all_series: set[str] = set()
         self._last_samples: dict[str, float] = {}
@@ -359,7 +367,7 @@ class ArmRunner:
             if k < len(order) - 1 and self._round_lost(round_index):  # after the last, _check_round looks
                 break
         self.rounds_done += 1
-        self._add_window_metrics(before, self._engine_samples())
+        self._add_window_metrics(round_index, before, self._engine_samples())
         self._collect_compile_events(round_index)
         self._check_round(round_index)
 
@@ -544,12 +552,19 @@ class ArmRunner:
             return
         self.compile_events += events
 
-    def _add_window_metrics(self, before: dict[str, float], after: dict[str, float]) -> None:
-        """Engine counters over the measured window only: warmup and earlier rounds are subtracted."""
+    def _add_window_metrics(self, round_index: int, before: dict[str, float], after: dict[str, float]) -> None:
+        """Engine counters over the measured window only: warmup and earlier rounds are subtracted. The round's
+        step times are also kept on their own, so a report can set one round's engines against each other."""
         self._all_series.update(after)
         if after:
-            for k, v in window_delta(before, after).items():
+            delta = window_delta(before, after)
+            for k, v in delta.items():
                 self.window_metrics[k] = self.window_metrics.get(k, 0.0) + v
+            steps = step_time_series(delta)
+            if steps:
+                by_round = self.window_metrics_by_round.setdefault(round_index, {})
+                for k, v in steps.items():
+                    by_round[k] = by_round.get(k, 0.0) + v
             self.metrics_seen = True
 
     def _check_round(self, round_index: int) -> None:
@@ -644,6 +659,7 @@ class ArmRunner:
             shards=shards,
             client_health=list(self.client_health),
             window_metrics=dict(sorted(without_expert_series(self.window_metrics).items())),
+            window_metrics_by_round={r: dict(sorted(w.items())) for r, w in self.window_metrics_by_round.items()},
             triton_compiles_in_window=self._compiles(),
             expert_load=expert_load_in_window(self.window_metrics, self._all_series),
             compile_events=list(self.compile_events),

@@ -13,8 +13,8 @@ would repeat), or placement ``parallel`` (its engines stay up across a run's rou
 takes as one pair).
 
 The combined folder holds a ``result.json`` like a run's (records concatenated per arm and sealed anew,
-counts and per-level summaries recomputed, window metrics and compile counts summed, compile events kept
-with their rounds, each source run named
+counts and per-level summaries recomputed, window metrics and compile counts summed, per-round step times and
+compile events kept with their rounds, each source run named
 in the notes and in ``environment.combined_from``), ``config.yaml`` and ``environment.json``, so
 ``moeperf report`` renders it as one run of all the rounds.
 """
@@ -105,6 +105,23 @@ def _sum_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
     return dict(sorted(out.items()))
 
 
+def _merge_by_round(parts: Sequence[ArmResult], names: Sequence[str]) -> dict[int, dict[str, float]]:
+    """Every part's per-round step times under its own round; ``ConfigError`` when two parts hold the same round
+    of an arm (the records' rounds were checked disjoint, but the engine's windows are another record of them)."""
+    out: dict[int, dict[str, float]] = {}
+    seen: dict[int, str] = {}
+    for part, name in zip(parts, names, strict=True):
+        for rnd, metrics in part.window_metrics_by_round.items():
+            if rnd in seen:
+                raise ConfigError(
+                    f"{name}: arm {part.name}: the engine step times of round {rnd} are also in {seen[rnd]}; a round "
+                    "is one engine pair and cannot be pooled twice"
+                )
+            seen[rnd] = name
+            out[rnd] = dict(metrics)
+    return dict(sorted(out.items()))
+
+
 def _sum_expert_load(parts: Sequence[Sequence[ExpertLoad]]) -> list[ExpertLoad]:
     """Tokens per expert of every part's window added per layer (a part without them adds nothing)."""
     out: dict[int, list[int]] = {}
@@ -123,7 +140,9 @@ def _levels(cfg: ExperimentConfig, template: Sequence[LevelResult], cols: Record
     return [lv.model_copy(update={"summary": summarize_level(cols, lv.index, cfg.slo)}) for lv in template]
 
 
-def _combine_arm(cfg: ExperimentConfig, parts: Sequence[ArmResult], out_dir: Path) -> ArmResult:
+def _combine_arm(
+    cfg: ExperimentConfig, parts: Sequence[ArmResult], by_round: dict[int, dict[str, float]], out_dir: Path
+) -> ArmResult:
     cols = RecordColumns.concat([p.columns for p in parts])
     sealed = write_sealed(out_dir / "records" / f"{parts[0].name}{JOURNAL_SUFFIX}", cols)
     outcome = RecordsOutcome.of(sealed, cols, out_dir, cfg.slo, cfg.client.max_dispatch_lag_p99_ms)
@@ -147,6 +166,7 @@ def _combine_arm(cfg: ExperimentConfig, parts: Sequence[ArmResult], out_dir: Pat
         shards=[s for p in parts for s in p.shards],
         client_health=[h for p in parts for h in p.client_health],
         window_metrics=_sum_metrics([p.window_metrics for p in parts]),
+        window_metrics_by_round=by_round,
         expert_load=_sum_expert_load([p.expert_load for p in parts]),
         triton_compiles_in_window=None if any(c is None for c in compiles) else sum(c or 0 for c in compiles),
         compile_events=[e for p in parts for e in p.compile_events],
@@ -166,13 +186,14 @@ def combine(run_paths: Sequence[Path], out_dir: Path, command: list[str]) -> Run
         except (OSError, ValueError) as e:
             raise ConfigError(f"{path}: not a run moeperf can read: {e}") from None
     check_poolable(runs, names)
+    by_round = {a.name: _merge_by_round([r.arm(a.name) for r in runs], names) for a in runs[0].arms}
     if (out_dir / "result.json").exists():
         raise ConfigError(f"{out_dir / 'result.json'} exists: combine into a new folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     first = runs[0]
     rounds = sum(r.config.rounds for r in runs)
     cfg = first.config.model_copy(update={"rounds": rounds, "first_round": min(r.config.first_round for r in runs)})
-    arms = [_combine_arm(cfg, [r.arm(a.name) for r in runs], out_dir) for a in first.arms]
+    arms = [_combine_arm(cfg, [r.arm(a.name) for r in runs], by_round[a.name], out_dir) for a in first.arms]
     sources = [
         {
             "run_id": r.run_id,

@@ -38,6 +38,7 @@ EXPERT_TOKENS = "moeperf_expert_tokens_total"
 EXPERT_TOKENS_UNPUBLISHED = "moeperf_expert_tokens_unpublished"
 STEPS_GATED = "moeperf_steps_gated_total"
 GPU_STEP_SECONDS = "moeperf_gpu_step_seconds"
+RANK_STEP_SECONDS = "moeperf_rank_step_seconds"
 STEPS_GATED_SECONDS = "moeperf_steps_gated_seconds_total"
 GATED_MIN_SKEW_S = 0.001
 """A step counts as gated when its skew reaches this: below it, which rank was last is scheduling noise (a decode
@@ -116,7 +117,7 @@ SPECS: tuple[MetricSpec, ...] = (
         TTFT_BUCKETS_S,
     ),
     MetricSpec(
-        "moeperf_rank_step_seconds",
+        RANK_STEP_SECONDS,
         "histogram",
         (*RANK_LABELS, "phase"),
         "Per-rank host time of each model step (execute_model + sample_tokens), by phase: prefill, decode or "

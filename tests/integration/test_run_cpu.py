@@ -105,6 +105,12 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
             assert sum(t > 0 for t in row["tokens"]) > tiny["num_experts_per_tok"], row
             assert row["tokens"][0] == max(row["tokens"]) > 2 * sorted(row["tokens"])[len(row["tokens"]) // 2], row
         assert not [k for k in arm["window_metrics"] if k.startswith("moeperf_expert_tokens_total{")]  # expert_load
+        # Each measured round's step times kept on their own too (analysis/step_time_rounds.py; JSON keys: strings).
+        measured = [t["round"] for t in res["turns"] if t["kind"] == "measured" and arm["name"] in t["arms"]]
+        by_round = arm["window_metrics_by_round"]
+        assert sorted(int(r) for r in by_round) == sorted(measured) and all(
+            any(k.startswith("moeperf_rank_step_seconds_count{") for k in by_round[str(r)]) for r in measured
+        ), by_round
     flagged = res["arms"][1]
     assert flagged["flags"] == {
         "swap_ab": True,

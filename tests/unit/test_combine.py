@@ -16,6 +16,7 @@ from result_format.records_store import RecordJournal, seal
 from result_format.run_result import CompileEventRecord, RunResult, TurnRecord, load_run
 
 T0 = "2026-12-02T02:00:00+00:00"
+STEPS = 'moeperf_gpu_step_seconds_count{phase="decode",rank="0"}'
 QUICK = AnalysisSettings(bootstrap_resamples=200)
 ARMS = [
     SyntheticArm("baseline"),
@@ -53,6 +54,7 @@ def _write_part(whole: RunResult, rounds: list[int], tmp_path, name: str) -> str
                     "requests_succeeded": n,
                     "triton_compiles_in_window": 2,
                     "window_metrics": {"vllm:prompt_tokens_total": 10.0 * n},
+                    "window_metrics_by_round": {r: {STEPS: 100.0 + r} for r in rounds},
                     "compile_events": [
                         CompileEventRecord(
                             round=r,
@@ -100,6 +102,7 @@ def test_two_holds_of_two_rounds_pool_into_what_one_run_of_four_rounds_gives(tmp
         assert arm.triton_compiles_in_window == 4
         assert arm.window_metrics["vllm:prompt_tokens_total"] == 10.0 * len(src.columns)
         assert [e.round for e in arm.compile_events] == [0, 1, 2, 3]
+        assert arm.window_metrics_by_round == {r: {STEPS: 100.0 + r} for r in range(4)}  # each under its round
     got, want = _ratios(pooled), _ratios(whole)
     assert got.keys() == want.keys()
     for key, (ratio, ci, dof) in want.items():
@@ -118,6 +121,21 @@ def test_overlapping_rounds_are_refused_naming_the_round_and_the_fix(tmp_path, c
     assert cli_main(["combine", first, again, "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
     assert "round 1 is also in" in err and "--first_round" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_an_arms_engine_round_held_by_two_parts_is_refused_before_anything_is_written(tmp_path, capsys):
+    """The records' rounds are disjoint, but a part's per-round step times claim a round of another part: pooling
+    would take that engine pair twice (or lose one of them), so nothing is combined."""
+    whole = _four_rounds()
+    first = _write_part(whole, [0, 1], tmp_path, "hold-1")
+    second = _write_part(whole, [2, 3], tmp_path, "hold-2")
+    data = json.loads((tmp_path / "hold-2" / "result.json").read_text())
+    data["arms"][2]["window_metrics_by_round"]["1"] = {STEPS: 7.0}
+    (tmp_path / "hold-2" / "result.json").write_text(json.dumps(data))
+    assert cli_main(["combine", first, second, "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert f"{second}: arm b: the engine step times of round 1 are also in {first}" in err
     assert not (tmp_path / "c").exists()
 
 
