@@ -12,7 +12,7 @@ from html import escape
 
 import numpy as np
 
-from analysis import compile_attribution, engine_window, fmt, routing, step_time_rounds
+from analysis import compile_attribution, engine_window, fmt, routing, step_time_rounds, ttft_over_time
 from analysis.markdown import (
     CAPACITY_HEADERS,
     LEVEL_VERDICT_HEADERS,
@@ -305,6 +305,16 @@ def _compile_attribution(result: RunResult) -> str:
     return "".join(parts)
 
 
+def _ttft_over_time(analysis: RunAnalysis) -> str:
+    """Only when some arm has windows (the same content as the Markdown's section)."""
+    windows = analysis.ttft_over_time
+    if not windows:
+        return ""
+    rows = ttft_over_time.table_rows(windows, ttft_over_time.compare_run(windows, analysis))
+    table = _table(ttft_over_time.HEADERS, rows, cls="ttft-over-time")
+    return f"<h2>{escape(ttft_over_time.SECTION_TITLE)}</h2><p>{escape(ttft_over_time.SECTION_INTRO)}</p>{table}"
+
+
 def _arms(result: RunResult) -> str:
     rows = []
     for a in result.arms:
@@ -418,6 +428,7 @@ family-wise alpha {analysis.settings.alpha}, minimum effect
 {_step_time_rounds(result, analysis)}
 {_routing(result)}
 {_compile_attribution(result)}
+{_ttft_over_time(analysis)}
 <h2>Arms and their flags</h2>{_arms(result)}
 {f"<h2>Run notes</h2><ul>{notes}</ul>" if notes else ""}
 <h2>Environment</h2><pre>{escape(json.dumps(result.environment, indent=2, sort_keys=True))}</pre>

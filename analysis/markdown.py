@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis import compile_attribution, engine_window, fmt, routing, step_time_rounds
+from analysis import compile_attribution, engine_window, fmt, routing, step_time_rounds, ttft_over_time
 from analysis.nightly import NightlyVerdict
 from analysis.sweep import (
     TABLE_LATENCIES,
@@ -251,6 +251,22 @@ def _compile_attribution(result: RunResult) -> list[str]:
     return lines
 
 
+def _ttft_over_time(analysis: RunAnalysis) -> list[str]:
+    """Only when some arm has windows: a run with a sweep has none (``ttft_over_time.applies``)."""
+    windows = analysis.ttft_over_time
+    if not windows:
+        return []
+    comparisons = ttft_over_time.compare_run(windows, analysis)
+    return [
+        f"## {ttft_over_time.SECTION_TITLE}",
+        "",
+        ttft_over_time.SECTION_INTRO,
+        "",
+        *_md_table(ttft_over_time.HEADERS, ttft_over_time.table_rows(windows, comparisons)),
+        "",
+    ]
+
+
 # --- load sweep (only for runs with a sweep) ----------------------------------------------------------------
 
 
@@ -446,6 +462,7 @@ def render_markdown(
     lines += _step_time_rounds(result, analysis)
     lines += _routing(result)
     lines += _compile_attribution(result)
+    lines += _ttft_over_time(analysis)
     if analysis.arm_rates:
         lines += ["## Rates", "", rates_sentence(analysis), "", *_md_table(RATE_HEADERS, rate_rows(analysis)), ""]
     if sweep is not None:

@@ -29,6 +29,7 @@ from analysis.compile_attribution import CompileAttributionSummary, attribute_ru
 from analysis.places import arm_places, place_note
 from analysis.samples import ArmSamples, arm_control_of
 from analysis.steady_state import SteadyStateRule, judged_arms
+from analysis.ttft_over_time import TtftWindow, run_windows
 from common.strict import StrictModel
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
@@ -133,6 +134,11 @@ class RunAnalysis(StrictModel):
         default_factory=dict,
         description="Per arm that logged Triton compiles while serving: how many, and the TTFT of the measured "
         "requests that waited for one against the rest (analysis.compile_attribution).",
+    )
+    ttft_over_time: dict[str, list[TtftWindow]] = Field(
+        default_factory=dict,
+        description="Per arm, TTFT of its measured requests by send time since its round's first request, in fixed "
+        "windows, rounds pooled, no steady-state cut (analysis.ttft_over_time); empty for a run with a sweep.",
     )
 
     @property
@@ -375,4 +381,5 @@ def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> 
         skipped_arms=judged.skipped,
         arm_rates={a.name: arm_rates(a.columns.measured, slo) for a in result.arms if len(a.columns.measured)},
         compile_attribution={x.arm: x.summary for x in attribute_run(result.arms)},
+        ttft_over_time=run_windows(result),
     )
