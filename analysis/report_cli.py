@@ -34,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--steady-state",
         choices=("mser5", "none"),
-        default="mser5",
-        help="Drop warm-up by the MSER-5 rule on TTFT (default), or keep every request ('none': when the cold "
-        "start, e.g. JIT compiles, is what is being measured).",
+        default=None,
+        help="Drop warm-up by the MSER-5 rule on TTFT, or keep every request ('none': when the cold start, e.g. "
+        "JIT compiles, is what is being measured); default: the run's config steady_state (mser5 unless set).",
     )
     p.add_argument("--quiet", action="store_true", help="Do not print the Markdown summary.")
     return p

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from analysis.samples import ArmSamples, arm_samples, slot_stride
+from experiment.config import SteadyStateRule
 from experiment.slo import SloSpec
 from result_format.run_result import RunResult
 from workloads.record_columns import RecordColumns, as_columns
 from workloads.records import RequestRecord
 
-SteadyStateRule = Literal["mser5", "none"]
 BATCH = 5
 MIN_BATCHES = 4
 

@@ -52,8 +52,11 @@ class AnalysisSettings(StrictModel):
     seed: int = Field(0, description="Seed of every bootstrap: same inputs, same report.")
     baseline_arm: str | None = Field(None, description="Arm B/A ratios divide by; null: the first baseline-flag arm.")
     slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo'.")
-    steady_state: SteadyStateRule = Field(
-        "mser5", description="Exclude warm-up by the MSER-5 steady-state rule on TTFT ('none': keep every request)."
+    steady_state: SteadyStateRule | None = Field(
+        None,
+        description="Exclude warm-up by the MSER-5 steady-state rule on TTFT ('mser5') or keep every request "
+        "('none'); null: the run's config steady_state. analyse_run resolves it, so RunAnalysis.settings says "
+        "which rule judged.",
     )
 
 
@@ -346,8 +349,10 @@ def _pooled_levels_note(result: RunResult) -> str | None:
 def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> RunAnalysis:
     """Every ok arm against the baseline; each A/A control against the arm it copies (the noise floor)."""
     settings = settings or AnalysisSettings()
+    if settings.steady_state is None:
+        settings = settings.model_copy(update={"steady_state": result.config.steady_state})
     slo = settings.slo or result.config.slo
-    judged = judged_arms(result, slo, settings.steady_state)
+    judged = judged_arms(result, slo, settings.steady_state or result.config.steady_state)
     base = choose_baseline(result, list(judged.samples), settings.baseline_arm)
     placement = result.config.placement
     comparisons = compare_arms(

@@ -29,6 +29,9 @@ from workloads.sweep import SweepSpec
 from workloads.traces.azure import AzureTraceSpec
 from workloads.workload import WorkloadSpec
 
+SteadyStateRule = Literal["mser5", "none"]
+"""Which of an arm-round's requests the verdicts judge: after the MSER-5 warm-up cut on TTFT, or all of them."""
+
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
@@ -364,6 +367,14 @@ class ExperimentConfig(FrozenStrictModel):
         None,
         description="Load levels every arm runs on one engine per round (a throughput-latency curve per arm); "
         "null: one replay of the workload per round.",
+    )
+    steady_state: SteadyStateRule = Field(
+        "mser5",
+        description="Which requests the verdicts judge (`moeperf run`'s summary and `moeperf report`, whose "
+        "--steady-state overrides it): 'mser5' drops each arm-round's warm-up by the MSER-5 rule on TTFT, for "
+        "steady-state speed; 'none' keeps every request, for an experiment whose question is the cold start "
+        "(JIT compiles while serving), which the cut would remove. Sweep levels are never cut (their warm-up share "
+        "is excluded instead).",
     )
     slo: SloSpec = Field(
         default_factory=SloSpec,

@@ -193,3 +193,15 @@ def test_no_section_without_a_usable_request_or_for_a_sweep() -> None:
     sweep_analysis = analyse_run(sweep, QUICK)
     assert sweep_analysis.ttft_over_time == {}
     assert SECTION_TITLE not in render_markdown(sweep, sweep_analysis)
+
+
+def test_an_experiment_about_the_cold_start_is_judged_on_every_request_unless_the_report_says_otherwise() -> None:
+    run = _known_ttft_run()
+    assert analyse_run(run, QUICK).warmup_excluded  # the default rule cuts this run's slow start
+    cold = run.model_copy(update={"config": run.config.model_copy(update={"steady_state": "none"})})
+    kept = analyse_run(cold, QUICK)
+    assert kept.settings.steady_state == "none" and kept.warmup_excluded == {}
+    assert "every request kept" in render_markdown(cold, kept)
+    assert {(c.n_a, c.n_b) for c in kept.comparisons} == {(len(a.columns.measured),) * 2 for a in run.arms}
+    overridden = analyse_run(cold, QUICK.model_copy(update={"steady_state": "mser5"}))  # `--steady-state mser5`
+    assert overridden.settings.steady_state == "mser5" and overridden.warmup_excluded
