@@ -37,7 +37,9 @@ from workloads.record_columns import RecordColumns
 
 # Settings that may differ between the runs pooled: where a run was written, which of its rounds it ran and in
 # what time.
-PER_RUN_FIELDS = frozenset({"output_dir", "ray_address", "rounds", "first_round", "time_budget_s"})
+PER_RUN_FIELDS = frozenset({"output_dir", "ray_address", "rounds", "first_round", "time_budget_s", "steady_state"})
+# steady_state says which requests the verdicts judge, not what ran: the pooled result takes the last part's
+# (the experiment file as it stood when the newest hold ran), and `moeperf report --steady-state` overrides it.
 # And how a run's shared JIT cache was warmed: a warm-up pass (shared_warm, of some length) or a seed from an
 # earlier run (seeded). Either way every measured engine starts warm, and the compiles each measured window
 # counts show where one did not.
@@ -192,7 +194,13 @@ def combine(run_paths: Sequence[Path], out_dir: Path, command: list[str]) -> Run
     out_dir.mkdir(parents=True, exist_ok=True)
     first = runs[0]
     rounds = sum(r.config.rounds for r in runs)
-    cfg = first.config.model_copy(update={"rounds": rounds, "first_round": min(r.config.first_round for r in runs)})
+    cfg = first.config.model_copy(
+        update={
+            "rounds": rounds,
+            "first_round": min(r.config.first_round for r in runs),
+            "steady_state": runs[-1].config.steady_state,
+        }
+    )
     arms = [_combine_arm(cfg, [r.arm(a.name) for r in runs], by_round[a.name], out_dir) for a in first.arms]
     sources = [
         {

@@ -202,3 +202,15 @@ def test_the_control_stuck_in_the_middle_of_two_mirrored_rounds_is_named_and_rou
         (2, "baseline-control"), (2, "b"), (2, "baseline"), (3, "baseline"), (3, "b"), (3, "baseline-control"),
     ]  # fmt: skip
     assert not any("one place in every round" in n for c in analyse_run(pooled, QUICK).comparisons for n in c.notes)
+
+
+def test_which_requests_the_verdicts_judge_is_not_the_experiment_and_the_last_part_says_it(tmp_path):
+    """A hold run before the experiment file said ``steady_state: none`` still pools with one run after."""
+    whole = _four_rounds()
+    _write_part(whole, [0, 1], tmp_path, "hold-1")
+    _write_part(whole, [2, 3], tmp_path, "hold-2")
+    data = json.loads((tmp_path / "hold-2" / "result.json").read_text())
+    data["config"]["steady_state"] = "none"
+    (tmp_path / "hold-2" / "result.json").write_text(json.dumps(data))
+    pooled = combine([tmp_path / "hold-1", tmp_path / "hold-2"], tmp_path / "c", ["t"])
+    assert pooled.config.steady_state == "none" and analyse_run(pooled, QUICK).warmup_excluded == {}
