@@ -79,7 +79,7 @@ def summary_policy(policy: NightlyPolicy, config: ExperimentConfig) -> SummaryPo
     return SummaryPolicy(
         bootstrap_resamples=policy.bootstrap_resamples,
         seed=policy.seed,
-        steady_state=policy.steady_state,
+        steady_state=policy.steady_state or config.steady_state,
         slo=policy.slo or config.slo,
         metrics=policy.metrics,
     )
@@ -207,7 +207,7 @@ def summarise_night(result: RunResult, policy: NightlyPolicy, series_cap: int | 
     capacities: list[ArmCapacitySummary] = []
     if result.status == "ok":
         view, names = gated_view(result)
-        judged = judged_arms(view, slo, policy.steady_state)
+        judged = judged_arms(view, slo, policy.steady_state or result.config.steady_state)
         skipped = dict(judged.skipped)
         cuts = {k: v for k, v in judged.cuts.items() if v}
         rng = np.random.default_rng(policy.seed)

@@ -65,8 +65,10 @@ class NightlyPolicy(StrictModel):
         description="Metric keys to gate on; null: all of stats.METRICS. A sweep night's capacity is always gated.",
     )
     slo: SloSpec | None = Field(None, description="Goodput SLOs; null: the run's config 'slo'.")
-    steady_state: SteadyStateRule = Field(
-        "mser5", description="Warm-up rule, the report's: 'mser5' cuts it by MSER-5 on TTFT, 'none' keeps all."
+    steady_state: SteadyStateRule | None = Field(
+        None,
+        description="Warm-up rule, the report's: 'mser5' cuts it by MSER-5 on TTFT, 'none' keeps all; null: the "
+        "night's config steady_state, as the report decides it.",
     )
 
 

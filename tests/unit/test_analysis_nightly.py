@@ -154,3 +154,14 @@ def test_the_gate_and_the_report_judge_the_same_requests(calm_history):
         assert check.requests == judged[check.arm] == 300 - cut
     # Judged on steady state, the cold start does not flag TTFT tonight.
     assert not any(c.flagged for c in v.checks if c.metric == "ttft_s_p50")
+
+
+def test_a_night_whose_experiment_judges_every_request_is_gated_on_every_request_as_its_report_is(calm_history):
+    from analysis.verdicts import AnalysisSettings, analyse_run
+
+    tonight = _with_warmup(night(7))
+    tonight = tonight.model_copy(update={"config": tonight.config.model_copy(update={"steady_state": "none"})})
+    v = judge_night(tonight, calm_history, POLICY)
+    report = analyse_run(tonight, AnalysisSettings(bootstrap_resamples=60))
+    assert v.warmup_excluded == report.warmup_excluded == {}
+    assert all(check.requests == 300 for check in v.checks)

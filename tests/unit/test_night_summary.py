@@ -78,7 +78,7 @@ def test_a_summary_holds_the_values_the_full_records_give():
     tonight = night(7, 1.15)
     v = judge_night(tonight, [_stored(r) for r in history], POLICY)
     window = history[-POLICY.baseline_nights :]
-    judged = [judged_arms(r, r.config.slo, POLICY.steady_state).samples for r in window]
+    judged = [judged_arms(r, r.config.slo, POLICY.steady_state or r.config.steady_state).samples for r in window]
     for check in v.checks:
         j = stats.METRIC_KEYS.index(check.metric)
         logs = [math.log(stats.point_values(s[check.arm])[j]) for s in judged]
@@ -86,7 +86,7 @@ def test_a_summary_holds_the_values_the_full_records_give():
         assert check.baseline_nights == len(window)
     summary = _stored(tonight)
     for g in summary.gated:
-        s = judged_arms(tonight, tonight.config.slo, POLICY.steady_state).samples[g.name]
+        s = judged_arms(tonight, tonight.config.slo, POLICY.steady_state or tonight.config.steady_state).samples[g.name]
         assert np.array_equal(g.point_array(), stats.point_values(s), equal_nan=True)
         assert g.series["tpot_s"] == stats.per_request_series(s, "tpot_s").tolist()  # under the cap: all of it
 
