@@ -403,8 +403,7 @@ def render_html(
 ) -> str:
     """The page; a run with a sweep gets its sweep section (see ``markdown.report_sweep``)."""
     sweep = report_sweep(result, analysis, sweep)
-    ordered = [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]
-    comparisons = "".join(_comparison(c) for c in ordered)
+    comparisons = "".join(_comparison(c) for c in analysis.in_report_order)
     comparisons = comparisons or "<p>No comparison: fewer than two usable arms.</p>"
     skipped = "".join(f"<p>{escape(k)} not compared: {escape(v)}</p>" for k, v in analysis.skipped_arms.items())
     notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)

@@ -471,7 +471,7 @@ def render_markdown(
     lines.append("")
     if not analysis.comparisons:
         lines += ["No comparison: fewer than two usable arms.", ""]
-    for c in [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]:
+    for c in analysis.in_report_order:
         lines += _comparison(c)
     for arm, why in analysis.skipped_arms.items():
         lines.append(f"- {arm} not compared: {why}")

@@ -189,9 +189,8 @@ def step_time_rounds(result: RunResult, analysis: RunAnalysis, level: float = CI
     step times in a round of both arms; empty for results written before ``window_metrics_by_round``."""
     if not any(a.window_metrics_by_round for a in result.arms):
         return []
-    ordered = [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]
     out = []
-    for c in ordered:
+    for c in analysis.in_report_order:
         x = compare_rounds(result.arm(c.a_arm), result.arm(c.b_arm), c.kind, analysis.placement, level)
         if x.phases:
             out.append(x)

@@ -152,10 +152,9 @@ def compare_windows(
 def compare_run(windows: Mapping[str, Sequence[TtftWindow]], analysis: RunAnalysis) -> list[ComparisonTtftOverTime]:
     """Every comparison of ``analysis`` (A/B first, then the A/A controls, as the reports list them) whose arms
     both have windows."""
-    ordered = [*(c for c in analysis.comparisons if c.kind == "ab"), *analysis.noise_floor]
     return [
         compare_windows(c.a_arm, c.b_arm, c.kind, windows[c.a_arm], windows[c.b_arm])
-        for c in ordered
+        for c in analysis.in_report_order
         if c.a_arm in windows and c.b_arm in windows
     ]
 

@@ -152,6 +152,11 @@ class RunAnalysis(StrictModel):
     def noise_floor(self) -> list[ArmComparison]:
         return [c for c in self.comparisons if c.kind == "aa"]
 
+    @property
+    def in_report_order(self) -> list[ArmComparison]:
+        """The A/B comparisons, then the A/A controls: the order every report section lists them in."""
+        return [*(c for c in self.comparisons if c.kind == "ab"), *self.noise_floor]
+
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
@@ -349,10 +354,10 @@ def _pooled_levels_note(result: RunResult) -> str | None:
 def analyse_run(result: RunResult, settings: AnalysisSettings | None = None) -> RunAnalysis:
     """Every ok arm against the baseline; each A/A control against the arm it copies (the noise floor)."""
     settings = settings or AnalysisSettings()
-    if settings.steady_state is None:
-        settings = settings.model_copy(update={"steady_state": result.config.steady_state})
+    rule = settings.steady_state or result.config.steady_state
+    settings = settings.model_copy(update={"steady_state": rule})
     slo = settings.slo or result.config.slo
-    judged = judged_arms(result, slo, settings.steady_state or result.config.steady_state)
+    judged = judged_arms(result, slo, rule)
     base = choose_baseline(result, list(judged.samples), settings.baseline_arm)
     placement = result.config.placement
     comparisons = compare_arms(
