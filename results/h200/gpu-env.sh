@@ -6,6 +6,8 @@ mkdir -p "$C/runs" /tmp/ep/moeperf-0.1.0.dist-info
 printf 'Metadata-Version: 2.1\nName: moeperf\nVersion: 0.1.0\n' >/tmp/ep/moeperf-0.1.0.dist-info/METADATA
 printf '[vllm.general_plugins]\nmoeperf = moe_opt.plugin:register\n' >/tmp/ep/moeperf-0.1.0.dist-info/entry_points.txt
 export PYTHONPATH=$PWD:/tmp/ep:$HOME/moeperf-stash/site PYTHONUNBUFFERED=1
+# Where a carried FlashInfer module's CUDA libraries are, if the loader needs telling (flashinfer-fp8-install.sh).
+[ ! -f "$HOME/fi-ld.env" ] || . "$HOME/fi-ld.env"
 nvidia-smi >"$C/nvsmi.txt" 2>&1
 step() { echo "$(date -u +%FT%TZ) $*" >>"$C/progress"; }
 study() {
