@@ -136,6 +136,22 @@ def cmd_combine(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_repack(ns: argparse.Namespace) -> int:
+    from result_format.repack import RepackError, repack_run
+
+    before = after = 0
+    try:
+        for run_dir in ns.run_dirs:
+            for f in repack_run(Path(run_dir)):
+                before, after = before + f.bytes_before, after + f.bytes_after
+                print(f"{f.path}: {f.bytes_before} -> {f.bytes_after} bytes")
+    except RepackError as e:
+        print(f"moeperf: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"records: {before} -> {after} bytes")
+    return EXIT_OK
+
+
 def cmd_show_default(ns: argparse.Namespace) -> int:
     import yaml
 
@@ -207,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     comb.add_argument("runs", nargs="+", help="Run folders (runs/<id>) or their result.json, two or more.")
     comb.add_argument("--out", required=True, help="New folder for the combined result.")
     comb.set_defaults(func=cmd_combine)
+    rp = sub.add_parser(
+        "repack",
+        help="Rewrite saved runs' records in the current, smaller Parquet layout (lossless: each file is replaced "
+        "only if it reads back as the same table; the checksums in the run's JSON files follow).",
+    )
+    rp.add_argument("run_dirs", nargs="+", help="Run folders (runs/<id>).")
+    rp.set_defaults(func=cmd_repack)
     dflt = sub.add_parser("default", help="Print the embedded default experiment as YAML.")
     dflt.set_defaults(func=cmd_show_default)
     for name, (module, help_text) in DELEGATED.items():
