@@ -90,7 +90,7 @@ class EngineSpec(FrozenStrictModel):
         "of the run share one run-scoped cache (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT) that "
         "a warm-up pass fills before the first measured arm (one unmeasured replay per distinct arm setting), as "
         "a long-running service would have it. 'cold_per_arm': every engine gets empty caches and pays its own "
-        "compiles. 'as_found': whatever the node's caches hold (arms may start in different states; the report "
+        "compiles (only vLLM's facts about the model class, which hold no compiled code, are kept per node). 'as_found': whatever the node's caches hold (arms may start in different states; the report "
         "marks comparisons where one side compiled and the other did not). 'seeded': like shared_warm, but the "
         "run's cache starts as a copy of jit_cache_seed (the jit-cache folder an earlier run of the same engine "
         "left) and there is no warm-up pass, so a short GPU hold spends its time on measured rounds. Old files' "

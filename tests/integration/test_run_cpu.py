@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from modelgen.tiny_moe import default_cache_dir
 from tests.integration.conftest import load_result, moeperf_run, records_on_disk, run_dir_of, small_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,6 +56,11 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
     assert _files_holding(key, roots, started) == []
     res = load_result(run_dir)
     assert res["schema_version"] == 3 and res["status"] == "ok"
+    # Cold caches per engine, but vLLM's facts about the model class are kept on the node (not compiled code):
+    # the child process that imports the class to learn them ran for one engine at most (10 s of a 2-core start).
+    facts = default_cache_dir() / "vllm-modelinfos"
+    assert res["config"]["engine"]["cache_state"] == "cold_per_arm"
+    assert [p.name for p in facts.glob("*MixtralForCausalLM.json")], sorted(facts.iterdir())
     assert res["config"]["rounds"] == 1 and res["config"]["first_round"] == 0
     assert res["notes"][0].startswith("time budget: rounds 1-1 not started (")
     assert res["notes"][0].endswith("the result holds rounds 0-0: continue with --first_round 1")

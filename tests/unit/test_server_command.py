@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from cluster.engine.actor import EngineActor
-from cluster.engine.command import JIT_CACHE_VARS, MissingSharedJitCache, PluginLabels, server_command
+from cluster.engine.command import (
+    JIT_CACHE_VARS,
+    MODELINFOS_SUBDIR,
+    MissingSharedJitCache,
+    PluginLabels,
+    server_command,
+)
 from experiment.config import EngineSpec, ModelSpec
 from moe_opt.flags import FLAGS_ENV_VAR, OptimizationFlags
 from moe_opt.plugin.settings import load_settings
@@ -123,7 +129,8 @@ def test_shared_warm_without_the_runs_cache_is_refused() -> None:
         EngineActor("run-1", "a", TRITON, MODEL, EngineSpec(cache_state="shared_warm"), "cpu", [])
 
 
-def test_cold_per_arm_gets_empty_caches_per_engine_start(tmp_path: Path) -> None:
+def test_cold_per_arm_gets_empty_caches_per_engine_start_but_the_model_class_facts(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MOEPERF_CACHE_DIR", str(tmp_path / "node-cache"))
     engine = EngineSpec(cache_state="cold_per_arm")
     actor = EngineActor("run-1", "a", TRITON, MODEL, engine, "cpu", [], jit_cache_dir=str(tmp_path / "unused"))
     first, second = _jit_env(actor), _jit_env(actor)
@@ -131,7 +138,14 @@ def test_cold_per_arm_gets_empty_caches_per_engine_start(tmp_path: Path) -> None
     roots = {Path(first[v]).parent for v in JIT_CACHE_VARS}
     assert len(roots) == 1 and roots != {Path(second[v]).parent for v in JIT_CACHE_VARS}
     (root,) = roots
-    assert root.parent == actor.log_dir and list(root.iterdir()) == []  # fresh and empty
+    assert root.parent == actor.log_dir
+    # Fresh: nothing in it but vLLM's model-class facts, shared by every start on the node (not compiled code).
+    files = [p for p in root.rglob("*") if not p.is_dir() or p.is_symlink()]
+    assert (
+        files == [root / MODELINFOS_SUBDIR]
+        and (root / MODELINFOS_SUBDIR).resolve() == tmp_path / "node-cache" / "vllm-modelinfos"
+    )
+    assert Path(first["VLLM_CACHE_ROOT"]) / "modelinfos" == root / MODELINFOS_SUBDIR
     assert not (tmp_path / "unused").exists()
 
 
