@@ -73,6 +73,14 @@ class EngineInfo(_Model):
         "rank's: which part of startup_s a cold or seeded JIT cache changed. Empty when the log names none.",
     )
 
+    startup_timeline_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Whole seconds from the server's spawn to points of its start, from its log's stamps: "
+        "api_server_first_line_s (imports done), config_resolved_s, engine_core_started_s, "
+        "model_loading_started_s, engine_initialized_s, api_server_listening_s; healthy is startup_s. Where "
+        "the time outside the phases went. Empty before 2026-12-05 or when the log has none of them.",
+    )
+
     def describe_startup(self) -> str:
         """The healthy time and where it went, for the run log and the reports."""
         phases = self.startup_phases_s
@@ -80,6 +88,11 @@ class EngineInfo(_Model):
         if "init_engine_s" in phases:
             outside = self.startup_s - phases.get("model_load_s", 0.0) - phases["init_engine_s"]
             shown.append(f"outside model load and init engine {outside:.1f} s")
+        if self.startup_timeline_s:
+            at = ", ".join(
+                f"{key.removesuffix('_s').replace('_', ' ')} {s:.0f}" for key, s in self.startup_timeline_s.items()
+            )
+            shown.append(f"seconds after spawn: {at}")
         return f"{self.startup_s:.1f} s" + (f" ({', '.join(shown)})" if shown else "")
 
 

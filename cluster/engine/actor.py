@@ -29,7 +29,13 @@ from cluster.engine.command import (
 from cluster.engine.compile_events import CompileEventReader
 from cluster.engine.observed import observe_engine
 from cluster.engine.server import EngineStartError, ServerProcess
-from cluster.engine.startup_log import moe_backends_in_log, read_log, selected_moe_backends, startup_phases
+from cluster.engine.startup_log import (
+    moe_backends_in_log,
+    read_log,
+    selected_moe_backends,
+    startup_phases,
+    startup_timeline,
+)
 from common.environment import package_version
 from experiment.config import EngineSpec, ModelSpec
 from modelgen.tiny_moe import PRINTABLE_ASCII, SPECIAL_TOKENS, ensure_tiny_model
@@ -149,6 +155,7 @@ class EngineActor:
             startup_s=startup_s,
             moe_backends=selected_moe_backends(log_text),
             startup_phases_s=startup_phases(log_text),
+            startup_timeline_s=startup_timeline(log_text, server.spawned_at_epoch_s),
         )
 
     def prompt_id_range(self) -> tuple[int, int]:

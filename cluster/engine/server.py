@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -80,6 +81,8 @@ class ServerProcess:
         self.port = 0
         self.command: ServerCommand | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.spawned_at_epoch_s = 0.0
+        """Wall clock at the latest attempt's spawn: vLLM stamps its log lines with the wall clock."""
 
     @property
     def url(self) -> str:
@@ -107,6 +110,7 @@ class ServerProcess:
         guarded = [sys.executable, "-m", "cluster.engine.orphan_guard", "--", *self.command.argv]
         log.info("starting vLLM server on %s (attempt %d), log %s", self.url, self.attempt + 1, self.log_path)
         with self.log_path.open("ab") as out:
+            self.spawned_at_epoch_s = time.time()
             self.proc = subprocess.Popen(
                 guarded,
                 env={**self.base_env, **self.command.env},

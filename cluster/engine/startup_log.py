@@ -9,6 +9,7 @@ this would let a reader believe the baseline was FlashInfer. So the engine's cho
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 # vLLM's oracles log "Using TRITON Fp8 MoE backend out of ...", "Using 'marlin' Mxfp4 MoE backend." and, for the
@@ -79,3 +80,49 @@ def startup_phases(log_text: str) -> dict[str, float]:
         for key, _, _ in _PHASES
         if any(key in p for p in per_process.values())
     }
+
+
+# When, in seconds after the server process was spawned, vLLM's processes reached each point of a start (vLLM
+# 0.26 and 0.32 log these lines). On the H200 a warm 48-layer engine took 57-66 s to get healthy outside model
+# loading and init engine (the phases above), and the phases could not say where: before the API server's first
+# line (imports), building its config, spawning the engine core, or between the engine's readiness and the
+# server listening. vLLM stamps each line with the wall clock to the second, so these are whole seconds.
+_MILESTONES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (key, re.compile(pattern))
+    for key, pattern in (
+        ("api_server_first_line_s", r"^\(APIServer pid=\d+\) "),
+        ("config_resolved_s", r"Resolved architecture: "),
+        ("engine_core_started_s", r"Initializing a V1 LLM engine"),
+        ("model_loading_started_s", r"Starting to load model "),
+        ("engine_initialized_s", r"init engine \(profile, create kv cache, warmup model\) took "),
+        ("api_server_listening_s", r"Starting vLLM (?:API )?server\b"),
+    )
+)
+_STAMP = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
+
+
+def _stamp_epoch_s(line: str, year: int) -> float | None:
+    m = _STAMP.search(line)
+    if m is None:
+        return None
+    month, day, hour, minute, second = (int(g) for g in m.groups())
+    return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+
+
+def startup_timeline(log_text: str, spawned_at_epoch_s: float) -> dict[str, float]:
+    """Whole seconds from the spawn to the first line of each milestone above that the log holds, in their order.
+
+    The log's stamps are local time without a year: the spawn's year is taken, and a stamp that reads as
+    earlier than the spawn (the second it fell in) counts as 0.
+    """
+    year = time.localtime(spawned_at_epoch_s).tm_year
+    spawned = float(int(spawned_at_epoch_s))  # the stamps are whole seconds: compare like with like
+    found: dict[str, float] = {}
+    for line in log_text.splitlines():
+        for key, pattern in _MILESTONES:
+            if key in found or pattern.search(line) is None:
+                continue
+            stamp = _stamp_epoch_s(line, year)
+            if stamp is not None:
+                found[key] = max(0.0, stamp - spawned)
+    return {key: found[key] for key, _ in _MILESTONES if key in found}

@@ -83,6 +83,12 @@ def test_two_arms_every_request_measured_the_api_key_written_nowhere_and_the_tim
         assert arm["records_file"].endswith(".parquet") and arm["records_count"] == 6
         assert sorted(rec["index"] for rec in records_on_disk(run_dir / arm["records_file"])) == list(range(6))
         assert arm["engine"]["device"] == "cpu" and arm["engine"]["vllm_version"].startswith("0.32")
+        # where the start went, from the server's own log: every point reached, in order, before healthy
+        at = arm["engine"]["startup_timeline_s"]
+        points = ["api_server_first_line_s", "config_resolved_s", "engine_core_started_s", "model_loading_started_s"]
+        assert list(at) == [*points, "engine_initialized_s", "api_server_listening_s"], at
+        assert list(at.values()) == sorted(at.values())
+        assert at["api_server_listening_s"] <= arm["engine"]["startup_s"] + 1
         # vLLM chose the kernel itself ("auto" on CPU): the result says which one served.
         assert arm["engine"]["moe_backends"][0] == "Unquantized: CPU"
         # Where the start went, from vLLM's own log: the engine's init inside the time to healthy.

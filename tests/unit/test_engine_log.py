@@ -1,8 +1,15 @@
 """The MoE backend vLLM chose is read from the lines its oracles really log (vLLM 0.26 CUDA, 0.32 CPU)."""
 
+import time
 from pathlib import Path
 
-from cluster.engine.startup_log import moe_backends_in_log, read_log, selected_moe_backends, startup_phases
+from cluster.engine.startup_log import (
+    moe_backends_in_log,
+    read_log,
+    selected_moe_backends,
+    startup_phases,
+    startup_timeline,
+)
 from result_format.run_result import EngineInfo
 
 # Copied from engine logs: results/h200/probe-flashinfer/probe-flashinfer-per_tensor_static.log (vLLM 0.26 on an
@@ -82,3 +89,48 @@ def test_startup_phases_are_described_with_what_lies_outside_them() -> None:
 
 def test_a_missing_log_has_no_phases(tmp_path: Path) -> None:
     assert startup_phases(read_log(tmp_path / "absent.log")) == {}
+
+
+# Lines of a cold vLLM 0.26 start on the H200 (results/h200/probe-flashinfer/probe-flashinfer-per_tensor_static.log,
+# its ranks' lines interleaved as logged), and the two lines vLLM 0.32 logs where 0.26 logs others.
+TIMELINE_LOG = """\
+(APIServer pid=665) INFO 11-30 12:35:45 [api_utils.py:273] non-default args: {'host': '127.0.0.1'}
+(APIServer pid=665) WARNING 11-30 12:35:45 [system_utils.py:299] Found ulimit of 20000 and failed to increase
+(APIServer pid=665) INFO 11-30 12:36:09 [model.py:623] Resolved architecture: MixtralForCausalLM
+(EngineCore pid=792) INFO 11-30 12:36:31 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: model=
+(Worker_TP1 pid=12) INFO 11-30 12:36:33 [gpu_model_runner.py:5250] Starting to load model /tmp/probe/models/m...
+(Worker_TP0 pid=11) INFO 11-30 12:36:34 [gpu_model_runner.py:5250] Starting to load model /tmp/probe/models/m...
+(EngineCore pid=792) INFO 11-30 12:37:40 [core.py:402] init engine (profile, create kv cache, warmup model) took 60.1 s
+(APIServer pid=665) INFO 11-30 12:37:41 [api_server.py:1000] Starting vLLM API server 0 on http://127.0.0.1:58043
+"""
+
+
+def test_the_timeline_puts_each_point_of_a_start_at_its_first_line_in_seconds_after_the_spawn() -> None:
+    spawned = time.mktime((2026, 11, 30, 12, 35, 30, 0, 0, -1)) + 0.6  # vLLM's stamps are local time
+    assert startup_timeline(TIMELINE_LOG, spawned) == {
+        "api_server_first_line_s": 15.0,
+        "config_resolved_s": 39.0,
+        "engine_core_started_s": 61.0,
+        "model_loading_started_s": 63.0,  # the first rank to get there
+        "engine_initialized_s": 130.0,
+        "api_server_listening_s": 131.0,
+    }
+    cpu = "(APIServer pid=5) INFO 12-05 06:56:36 [entry.py:140] Starting vLLM server on http://127.0.0.1:18001\n"
+    at = startup_timeline(cpu, time.mktime((2026, 12, 5, 6, 56, 37, 0, 0, -1)))  # a second before: 0
+    assert at == {"api_server_first_line_s": 0.0, "api_server_listening_s": 0.0}
+    assert startup_timeline(CPU_LOG + "no stamp: Resolved architecture: X\n", spawned) == {}
+
+
+def test_the_timeline_is_described_after_the_phases() -> None:
+    info = EngineInfo(
+        url="http://127.0.0.1:1", node_id="n", pid=1, device="cuda", gpu_ids=["0"], tensor_parallel_size=1,
+        vllm_version="0.26.0", torch_version="2.11.0", argv=[], env={}, startup_s=88.6,
+        startup_phases_s={"init_engine_s": 28.3},
+        startup_timeline_s={
+            "api_server_first_line_s": 9.0, "engine_core_started_s": 40.0, "api_server_listening_s": 87.0
+        },
+    )  # fmt: skip
+    assert info.describe_startup() == (
+        "88.6 s (init engine 28.3 s, outside model load and init engine 60.3 s, seconds after spawn: "
+        "api server first line 9, engine core started 40, api server listening 87)"
+    )
