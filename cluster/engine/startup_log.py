@@ -112,8 +112,8 @@ def _stamp_epoch_s(line: str, year: int) -> float | None:
 def startup_timeline(log_text: str, spawned_at_epoch_s: float) -> dict[str, float]:
     """Whole seconds from the spawn to the first line of each milestone above that the log holds, in their order.
 
-    The log's stamps are local time without a year: the spawn's year is taken, and a stamp that reads as
-    earlier than the spawn (the second it fell in) counts as 0.
+    The log's stamps are local time without a year: the spawn's year is taken (the next one for a start that
+    runs over New Year), and a stamp that reads as earlier than the spawn (the second it fell in) counts as 0.
     """
     year = time.localtime(spawned_at_epoch_s).tm_year
     spawned = float(int(spawned_at_epoch_s))  # the stamps are whole seconds: compare like with like
@@ -123,6 +123,8 @@ def startup_timeline(log_text: str, spawned_at_epoch_s: float) -> dict[str, floa
             if key in found or pattern.search(line) is None:
                 continue
             stamp = _stamp_epoch_s(line, year)
+            if stamp is not None and stamp < spawned - 86_400:  # "01-01 00:00:05" of a start at 12-31 23:59:50
+                stamp = _stamp_epoch_s(line, year + 1)
             if stamp is not None:
                 found[key] = max(0.0, stamp - spawned)
     return {key: found[key] for key, _ in _MILESTONES if key in found}

@@ -119,6 +119,9 @@ def test_the_timeline_puts_each_point_of_a_start_at_its_first_line_in_seconds_af
     at = startup_timeline(cpu, time.mktime((2026, 12, 5, 6, 56, 37, 0, 0, -1)))  # a second before: 0
     assert at == {"api_server_first_line_s": 0.0, "api_server_listening_s": 0.0}
     assert startup_timeline(CPU_LOG + "no stamp: Resolved architecture: X\n", spawned) == {}
+    new_year = "(APIServer pid=5) INFO 01-01 00:00:05 [model.py:623] Resolved architecture: MixtralForCausalLM\n"
+    at = startup_timeline(new_year, time.mktime((2026, 12, 31, 23, 59, 50, 0, 0, -1)))
+    assert at == {"api_server_first_line_s": 15.0, "config_resolved_s": 15.0}
 
 
 def test_the_timeline_is_described_after_the_phases() -> None:
