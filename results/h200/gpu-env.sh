@@ -27,11 +27,16 @@ study() {
 # Before the first study, time what every engine pays outside them, twice: the first time on a fresh machine,
 # the second once the files are in the page cache and bytecode is compiled. The difference is what the first
 # engine no longer pays.
+# The import alone took 28.4 and 30.7 s on hold 4 (2026-12-03), against 9-10 s on a 2-core development machine
+# (vLLM 0.32 CPU): the second import was no faster, so either no bytecode is written there (the bundle's .pyc are
+# the build machine's Python 3.11) or the sandbox's file system costs that much. Each import's -X importtime goes to
+# $C/importtime-N.txt, with whether bytecode may be written and how many 3.12 .pyc files the bundle holds before it.
 prewarm() {
-  local i t0
+  local i t0 site=$HOME/moeperf-stash/site
   for i in 1 2; do
+    step "prewarm $i: $(python3 -c 'import sys; print("python", sys.version.split()[0], "dont_write_bytecode", sys.flags.dont_write_bytecode, "pycache_prefix", sys.pycache_prefix)') cpython-312 .pyc in the bundle: $(find "$site" -name '*.cpython-312.pyc' 2>/dev/null | wc -l)"
     t0=$(date +%s.%N)
-    python3 -c 'import vllm.entrypoints.openai.api_server' >/dev/null 2>&1
+    python3 -X importtime -c 'import vllm.entrypoints.openai.api_server' >/dev/null 2>"$C/importtime-$i.txt"
     step "prewarm $i: import vllm.entrypoints.openai.api_server $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
     t0=$(date +%s.%N)
     python3 -c 'import torch; torch.zeros(1, device="cuda").sum().item()' >/dev/null 2>&1
