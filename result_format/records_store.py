@@ -229,6 +229,13 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     )
 
 
+def sync_into_place(tmp: Path, target: Path) -> None:
+    """``tmp``, written in full, synced to disk and renamed over ``target``: a crash leaves the old or the new file."""
+    with tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    tmp.replace(target)
+
+
 @dataclass(frozen=True)
 class SealedRecords:
     path: Path
@@ -261,9 +268,7 @@ def seal(journal: Path, sort: bool = True) -> SealedRecords:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".parquet.tmp")
     write_parquet(table.combine_chunks(), tmp)
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    tmp.replace(target)
+    sync_into_place(tmp, target)
     if journal.exists():
         journal.unlink()
     return SealedRecords(path=target, rows=table.num_rows, sha256=sha256_of(target), torn_tail=torn)

@@ -11,13 +11,18 @@ the same.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from result_format.records_store import PARQUET_SUFFIX, RECORDS_VERSION_KEY, sha256_of, write_parquet
+from result_format.records_store import (
+    PARQUET_SUFFIX,
+    RECORDS_VERSION_KEY,
+    sha256_of,
+    sync_into_place,
+    write_parquet,
+)
 
 
 class RepackError(ValueError):
@@ -35,9 +40,7 @@ class RepackedFile:
 def _replace_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    sync_into_place(tmp, path)
 
 
 def _rewrite(path: Path) -> tuple[str, str, RepackedFile]:
@@ -55,10 +58,8 @@ def _rewrite(path: Path) -> tuple[str, str, RepackedFile]:
     if after >= before:
         tmp.unlink()
         return old_sha, old_sha, RepackedFile(path, before, before)
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
     new_sha = sha256_of(tmp)
-    tmp.replace(path)
+    sync_into_place(tmp, path)
     return old_sha, new_sha, RepackedFile(path, before, after)
 
 

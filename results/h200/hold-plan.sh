@@ -16,7 +16,8 @@ while [ $# -gt 0 ]; do
   case "$1" in --fi) fi=1 ;; --seed) seed=1 ;; *) break ;; esac; shift
 done
 limit=$((64 * 1048576))
-tree=$({ git ls-files -z; git ls-files -z -o --exclude-standard; } | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+source results/h200/tree-bytes.sh
+tree=$(tree_bytes)
 size_of() { du -sb "$@" | awk '{s += $1} END {print s + 0}'; }
 fail() { echo "hold-plan.sh: $*" >&2; exit 2; }
 fits() {  # name, paths...: the tree plus these within a call

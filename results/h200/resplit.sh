@@ -6,9 +6,7 @@
 #   bash results/h200/resplit.sh [SIZE]   SIZE as split -b takes it; default: what fits now, less 4 MiB for
 #                                         .fi1 and 2 MiB for results committed before the hold
 set -euo pipefail
-tree_bytes() {
-  { git ls-files -z; git ls-files -z -o --exclude-standard; } | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'
-}
+source "$(dirname "$0")/tree-bytes.sh"
 if [ $# -ge 1 ]; then
   size=$1
 else
