@@ -52,7 +52,9 @@ build)
   jobs=${2:-$(nproc)}
   if [ ! -d "$FI_SITE/flashinfer" ]; then
     mkdir -p "$FI_SITE"
-    ls "$root"/.gpu[0-9]*/part_* | sort -t/ -k2 | xargs cat | xz -dc | tar -x -C "$FI_SITE"
+    # The part files' names hold the order (part_00, part_01, ...); their folders' names do not (.gpu10 < .gpu2).
+    for f in $(ls "$root"/.gpu[0-9]*/part_* | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2); do cat "$f"; done \
+      | xz -dc | tar -x -C "$FI_SITE"
   fi
   # Only FlashInfer and pynvml on the path: the bundle's other packages are built for the H200's Python.
   shim=$(mktemp -d); ln -s "$FI_SITE/flashinfer" "$shim/flashinfer"
