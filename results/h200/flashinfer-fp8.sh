@@ -16,6 +16,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+source "$here/carry-lib.sh"
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 FI_SITE=${FI_SITE:-$HOME/fi-site}            # the bundle unpacked (here; on the H200 it is $HOME/moeperf-stash/site)
 FI_LOG=${FI_LOG:-$HOME/fi-fp8-build.log}
@@ -52,9 +53,7 @@ build)
   jobs=${2:-$(nproc)}
   if [ ! -d "$FI_SITE/flashinfer" ]; then
     mkdir -p "$FI_SITE"
-    # The part files' names hold the order (part_00, part_01, ...); their folders' names do not (.gpu10 < .gpu2).
-    for f in $(ls "$root"/.gpu[0-9]*/part_* | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2); do cat "$f"; done \
-      | xz -dc | tar -x -C "$FI_SITE"
+    bundle_parts "$root" | xargs cat | xz -dc | tar -x -C "$FI_SITE"
   fi
   # Only FlashInfer and pynvml on the path: the bundle's other packages are built for the H200's Python.
   shim=$(mktemp -d); ln -s "$FI_SITE/flashinfer" "$shim/flashinfer"

@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
   case "$1" in --fi) fi=1 ;; --seed) seed=1 ;; *) break ;; esac; shift
 done
 limit=$((64 * 1048576))
-source results/h200/tree-bytes.sh
+source results/h200/carry-lib.sh
 tree=$(tree_bytes)
 size_of() { du -sb "$@" | awk '{s += $1} END {print s + 0}'; }
 fail() { echo "hold-plan.sh: $*" >&2; exit 2; }

@@ -6,7 +6,7 @@
 #   bash results/h200/resplit.sh [SIZE]   SIZE as split -b takes it; default: what fits now, less 4 MiB for
 #                                         .fi1 and 2 MiB for results committed before the hold
 set -euo pipefail
-source "$(dirname "$0")/tree-bytes.sh"
+source "$(dirname "$0")/carry-lib.sh"
 if [ $# -ge 1 ]; then
   size=$1
 else
@@ -17,7 +17,7 @@ else
 fi
 tmp=$(mktemp -d)
 # in part order (part_00, part_01, ...), whatever folder holds each
-ls .gpu[0-9]*/part_* | sort -t/ -k2 | xargs cat >"$tmp/bundle.tar.xz"
+bundle_parts . | xargs cat >"$tmp/bundle.tar.xz"
 xz -t "$tmp/bundle.tar.xz"
 stash=$(cat results/h200/bundle/stash.sh)  # the committed one: a fix to it reaches the parts
 rm -rf .gpu[0-9]*
