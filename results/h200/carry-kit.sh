@@ -12,14 +12,15 @@ cd "$root"
 fi=0; [ "${1:-}" != --fi ] || fi=1
 t0=$(date +%s)
 say() { echo "carry-kit.sh: $* ($(( $(date +%s) - t0 )) s)"; }
-if [ ! -f .gpu1/parts ] || [ "$(ls -d .gpu[0-9]* | wc -l)" -ne "$(cat .gpu1/parts)" ]; then
+source results/h200/carry-lib.sh
+if ! bundle_is_whole .; then
   bash results/h200/bundle/build-vllm-bundle.sh ray==2.60.0
   bash results/h200/resplit.sh
   say "bundle built"
 fi
 if [ $fi = 1 ] && [ ! -f .fi1/install.sh ]; then
   export FI_SITE=${FI_SITE:-$HOME/fi-site}
-  bash results/h200/flashinfer-fp8.sh build "$(nproc)"
+  bash results/h200/flashinfer-fp8.sh build
   bash results/h200/flashinfer-fp8.sh check
   bash results/h200/flashinfer-fp8.sh pack
   say "FlashInfer module built"

@@ -12,3 +12,8 @@ tree_bytes() {
 bundle_parts() {
   ls "$1"/.gpu[0-9]*/part_* | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2
 }
+
+# Whether ROOT holds the whole bundle: as many .gpuK folders as .gpu1/parts says were made.
+bundle_is_whole() {
+  [ -f "$1/.gpu1/parts" ] && [ "$(ls -d "$1"/.gpu[0-9]* | wc -l)" -eq "$(cat "$1/.gpu1/parts")" ]
+}

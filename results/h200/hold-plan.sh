@@ -28,7 +28,7 @@ fits() {  # name, paths...: the tree plus these within a call
 parts=$(ls -d .gpu[0-9]* 2>/dev/null | sort -V) || true
 [ -n "$parts" ] || fail "no .gpuK parts: bash results/h200/bundle/build-vllm-bundle.sh ray==2.60.0, then resplit.sh"
 n=$(echo "$parts" | wc -l)
-[ "$(cat .gpu1/parts)" -eq "$n" ] || fail ".gpu1/parts says $(cat .gpu1/parts) parts, $n are here: build them again"
+bundle_is_whole . || fail ".gpu1/parts says $(cat .gpu1/parts) parts, $n are here: build them again"
 [ $fi = 0 ] || [ -f .fi1/install.sh ] || fail "no .fi1: bash results/h200/flashinfer-fp8.sh build && check && pack"
 [ $seed = 0 ] || [ -f .jit/jit-seed.tar.xz ] || fail "no .jit: bash results/h200/jit-seed.sh keep DIR"
 [ -f .prom/prometheus.xz ] || [[ " $* " != *" --prometheus "* ]] || fail "no .prom: bash results/h200/prometheus-pack.sh"
