@@ -1,4 +1,4 @@
-# Sourced by the scripts that make or check what a GPU hold carries (resplit.sh, hold-plan.sh,
+# Sourced by the scripts that make or check what a GPU hold carries (carry-kit.sh, resplit.sh, hold-plan.sh,
 # flashinfer-fp8.sh), from anywhere inside the repo.
 
 # The bytes of the tree a `run` call sends with whatever it carries (tracked files and untracked ones git does
