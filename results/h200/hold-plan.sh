@@ -33,6 +33,7 @@ bundle_is_whole . || fail ".gpu1/parts says $(cat .gpu1/parts) parts, $n are her
 [ $seed = 0 ] || [ -f .jit/jit-seed.tar.xz ] || fail "no .jit: bash results/h200/jit-seed.sh keep DIR"
 [ -f .prom/prometheus.xz ] || [[ " $* " != *" --prometheus "* ]] || fail "no .prom: bash results/h200/prometheus-pack.sh"
 echo "the tree that travels: $((tree / 1048576)) MiB; $n bundle parts"
+[ "$n" -le 5 ] || echo "fewer calls: bash results/h200/light-tree.sh on (a tree without the run folders; off after the hold)"
 k=0
 for p in $parts; do
   k=$((k + 1))
