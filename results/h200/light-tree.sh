@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here, around a GPU hold: send a tree without the committed results, so each `run` call carries a larger bundle
 # part. Every call sends the tracked files beside what it carries, within 64 MiB; by 2026-12-06 the run folders
-# under results/h200 made the tree 38 of its 4 MiB, and the bundle needed 11 stash calls of 21 MiB parts. Every
+# under results/h200 made 34 of the tree's 38 MiB, and the bundle needed 11 stash calls of 21 MiB parts. Every
 # call is a chance to lose the machine (it forgets everything 30 s after a call ends). From the light tree it
 # took 5 calls of 53 MiB, and the last one also carried .fi1 and .prom and launched (hold 14: 48 s held in all).
 #   bash results/h200/light-tree.sh on    # a throw-away branch hold-light without the run folders, then resplit.sh

@@ -14,24 +14,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
+
+from analysis.verdicts import log_interval
+from result_format.records_store import read_columns
 
 
 def level_tpots_s(records: Path) -> dict[int, tuple[np.ndarray, float]]:
-    """Per level: every successful request's TPOT, and the level's output tokens/s over its span."""
-    t = pq.read_table(records).to_pydict()
-    cols = {
-        k: np.asarray(v, dtype=float)
-        for k, v in t.items()
-        if k in ("level", "http_status", "output_tokens", "first_token_s", "end_s", "actual_send_s")
-    }
+    """Per level: every finished request's TPOT (the records' own definition), and output tokens/s over its span."""
+    cols = read_columns(records)
     out: dict[int, tuple[np.ndarray, float]] = {}
-    for level in sorted(set(cols["level"].astype(int))):
-        m = (cols["level"] == level) & (cols["http_status"] == 200) & (cols["output_tokens"] > 1)
-        tokens = cols["output_tokens"][m]
-        tpot_s = (cols["end_s"][m] - cols["first_token_s"][m]) / (tokens - 1)
-        span_s = cols["end_s"][m].max() - cols["actual_send_s"][m].min()
-        out[level] = (tpot_s, float(tokens.sum() / span_s))
+    for level in cols.levels():
+        m = cols.select(cols.ok & (cols.level == level))
+        tpot_s = m.tpot_s[np.isfinite(m.tpot_s)]
+        span_s = np.nanmax(m.end_s) - np.nanmin(m.actual_send_s)
+        out[level] = (tpot_s, float(m.output_token_count.sum() / span_s))
     return out
 
 
@@ -41,13 +37,15 @@ def main(run_dir: str, a_arm: str = "warmup-vllm-auto", b_arm: str = "warmup-tri
     print(f"level  n  {a_arm} TPOT p50 ms  {b_arm} TPOT p50 ms  tok/s A  tok/s B  B/A TPOT mean [95%]")
     for level in sorted(set(a) & set(b)):
         (ta, ra), (tb, rb) = a[level], b[level]
-        diff = np.log(tb).mean() - np.log(ta).mean()
+        log_ratio = float(np.log(tb).mean() - np.log(ta).mean())
         se = np.nan
         if min(len(ta), len(tb)) > 1:
-            se = np.sqrt(np.log(ta).var(ddof=1) / len(ta) + np.log(tb).var(ddof=1) / len(tb))
+            se = float(np.sqrt(np.log(ta).var(ddof=1) / len(ta) + np.log(tb).var(ddof=1) / len(tb)))
+        ci = log_interval(log_ratio, se, 1.96)
+        interval = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "[no interval]"
         print(
             f"{level:5d} {len(tb):3d}  {np.median(ta) * 1e3:22.3f}  {np.median(tb) * 1e3:19.3f}  {ra:7.1f}  {rb:7.1f}  "
-            f"{np.exp(diff):.3f} [{np.exp(diff - 1.96 * se):.3f}, {np.exp(diff + 1.96 * se):.3f}]"
+            f"{np.exp(log_ratio):.3f} {interval}"
         )
 
 
