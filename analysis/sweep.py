@@ -703,7 +703,13 @@ def _compare(
         controls=names,
         engine_pairs=est.pairs,
         design=design.describe(placement, est.pairs, names, max_dof),
-        design_advice=design.design_advice(placement, a.arm) if kind == "ab" and max_dof == 0 else None,
+        # Advice only where the design lacks engines: with two pairs or a control, a dof of 0 is a statistic
+        # with nothing to measure (one level: no frontier to match), which more rounds would not change.
+        design_advice=(
+            design.design_advice(placement, a.arm)
+            if kind == "ab" and max_dof == 0 and est.pairs < 2 and not names
+            else None
+        ),
         matched_interactivity_tokens_per_s_per_user=(float(grid[0]), float(grid[-1])) if grid is not None else None,
         throughput_at_matched_interactivity=matched,
         capacity=capacity,

@@ -124,7 +124,8 @@ def cmd_combine(ns: argparse.Namespace) -> int:
     from cluster.orchestration.combine import combine
 
     try:
-        result = combine([Path(r) for r in ns.runs], Path(ns.out), ["moeperf", "combine", *sys.argv[2:]])
+        levels = [lab.strip() for lab in ns.levels.split(",") if lab.strip()] if ns.levels else []
+        result = combine([Path(r) for r in ns.runs], Path(ns.out), ["moeperf", "combine", *sys.argv[2:]], levels)
     except ConfigError as e:
         print(f"moeperf: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -222,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comb.add_argument("runs", nargs="+", help="Run folders (runs/<id>) or their result.json, two or more.")
     comb.add_argument("--out", required=True, help="New folder for the combined result.")
+    comb.add_argument(
+        "--levels",
+        help="Sweep levels to keep, comma-separated as the report names them (c=1,c=4): each run is cut to them "
+        "and to the rounds every arm finished there, so a round a hold lost part-way counts at the levels all its "
+        "arms served (a recovered run needs no --whole_rounds then).",
+    )
     comb.set_defaults(func=cmd_combine)
     rp = sub.add_parser(
         "repack",

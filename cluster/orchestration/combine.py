@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from cluster.orchestration.arm_records import RecordsOutcome
+from cluster.orchestration.level_subset import keep_levels
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import JOURNAL_SUFFIX, write_sealed
 from result_format.run_result import ArmResult, ExpertLoad, LevelResult, RunResult, load_run
@@ -178,15 +179,17 @@ def _combine_arm(
     ).with_columns(cols)
 
 
-def combine(run_paths: Sequence[Path], out_dir: Path, command: list[str]) -> RunResult:
-    """Pool the runs at ``run_paths`` into ``out_dir`` (created; must hold no result); ``ConfigError`` on bad input."""
+def combine(run_paths: Sequence[Path], out_dir: Path, command: list[str], levels: Sequence[str] = ()) -> RunResult:
+    """Pool the runs at ``run_paths`` into ``out_dir`` (created; must hold no result), each first cut to the sweep
+    levels named ``levels`` when some are (``level_subset``); ``ConfigError`` on bad input."""
     names = [str(p) for p in run_paths]
     runs = []
     for path in run_paths:
         try:
-            runs.append(load_run(path))
+            run = load_run(path)
         except (OSError, ValueError) as e:
             raise ConfigError(f"{path}: not a run moeperf can read: {e}") from None
+        runs.append(keep_levels(run, path if path.is_dir() else path.parent, levels) if levels else run)
     check_poolable(runs, names)
     by_round = {a.name: _merge_by_round([r.arm(a.name) for r in runs], names) for a in runs[0].arms}
     if (out_dir / "result.json").exists():

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from cluster.orchestration.arm_records import RecordsOutcome, seal_found
 from cluster.orchestration.driver import schedule_info
+from cluster.orchestration.level_subset import level_plan
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import (
     JOURNAL_SUFFIX,
@@ -84,16 +85,14 @@ def whole_rounds(cfg: ExperimentConfig, per_round: int, records: list[RecordColu
 
 
 def _level_results(cfg: ExperimentConfig, schedule: Schedule, records: RecordColumns) -> list[LevelResult]:
-    """Per sweep level, as the driver summarises them: the saved schedule is the levels in sweep order, each
-    numbered from 0, so a level starts where ``index`` is 0."""
+    """Per sweep level, as the driver summarises them."""
     if cfg.sweep is None:
         return []
-    starts = [int(i) for i in np.flatnonzero(schedule.requests.index == 0)] + [len(schedule.requests)]
-    out = []
-    for i, spec in enumerate(cfg.sweep.levels):
-        warmup = schedule.requests.warmup[starts[i] : starts[i + 1]]
-        out.append(LevelResult.of(i, spec, int(warmup.size), int(warmup.sum()), summarize_level(records, i, cfg.slo)))
-    return out
+    plan = level_plan(schedule)
+    return [
+        LevelResult.of(i, spec, *plan[i], summarize_level(records, i, cfg.slo))
+        for i, spec in enumerate(cfg.sweep.levels)
+    ]
 
 
 def _write_sealed(records_dir: Path, name: str, cols: RecordColumns) -> SealedRecords:

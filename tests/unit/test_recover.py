@@ -185,3 +185,45 @@ def test_whole_rounds_with_no_round_every_arm_finished_is_bad_input_and_changes_
         capsys.readouterr().err
     )
     assert not (run_dir / "result.json").exists()
+
+
+def test_a_round_cut_part_way_pools_at_the_levels_every_arm_finished(tmp_path):
+    # Hold 1's round 0 lost b after its first level (c=1: 4 records); hold 2's round 1 is whole.
+    first, per_round = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=1, cut={"b": 4})
+    second, _ = _sweep_run(tmp_path, "w-hold2", first_round=1, rounds=1, cut={})
+    recover(first, ["moeperf", "recover"])
+    recover(second, ["moeperf", "recover"], keep_whole_rounds=True)
+    out = tmp_path / "pooled-c1"
+    assert cli_main(["combine", str(first), str(second), "--levels", "c=1", "--out", str(out)]) == 0
+    pooled = load_run(out)
+    assert pooled.status == "ok" and [a.status for a in pooled.arms] == ["ok", "ok", "ok"]
+    assert [lv.label() for lv in pooled.config.sweep.levels] == ["c=1"]
+    for arm in pooled.arms:
+        assert arm.rounds == 2 and arm.columns.rounds() == [0, 1] and arm.requests_planned == 8
+        assert arm.records_count == 8 and set(arm.columns.level.tolist()) == {0}
+        assert [(lv.index, lv.label, lv.requests_planned, lv.warmup_requests) for lv in arm.levels] == [
+            (0, "c=1", 4, 1)
+        ]
+        assert arm.levels[0].summary is not None and arm.levels[0].summary.ttft_s.count == 6
+        assert arm.window_metrics_by_round == {}  # whole rounds' step times do not describe one level
+    assert any("cut to levels c=1 and rounds 0-0" in n for n in pooled.notes)
+    assert report_main([str(out), "--bootstrap", "50"]) == 0
+    report = (out / "report.md").read_text()
+    assert "### Per level: b vs a" in report and "To get verdicts" not in report
+    # The hold's files are untouched: every record of its cut round is still there.
+    assert [a.records_count for a in load_run(first).arms] == [per_round, per_round, 4]
+
+
+def test_levels_no_arm_finished_or_that_the_run_lacks_are_bad_input_and_nothing_is_written(tmp_path, capsys):
+    first, _ = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=1, cut={"b": 4})
+    second, _ = _sweep_run(tmp_path, "w-hold2", first_round=1, rounds=1, cut={})
+    recover(first, ["moeperf", "recover"])
+    recover(second, ["moeperf", "recover"], keep_whole_rounds=True)
+    out = tmp_path / "pooled"
+    assert cli_main(["combine", str(first), str(second), "--levels", "c=2", "--out", str(out)]) == 2
+    assert "no round in which every arm finished c=2 (6 records per round; found a 6, a-control 6, b 0)" in (
+        capsys.readouterr().err
+    )
+    assert cli_main(["combine", str(first), str(second), "--levels", "c=8", "--out", str(out)]) == 2
+    assert "--levels c=8: its levels are c=1, c=2" in capsys.readouterr().err
+    assert not out.exists()
