@@ -4,7 +4,7 @@
 # the machine forgets everything 30 s after a call ends.
 #   bash results/h200/hold-plan.sh [--fi] [--seed] LAUNCH_ARGS...
 # --fi: the last bundle part's call also carries .fi1 (claim 2's FlashInfer module: flashinfer-fp8.sh pack).
-# --seed: a call carrying .jit (a JIT seed, jit-seed.sh keep) comes before the launch.
+# --seed: .jit (a JIT seed, jit-seed.sh keep) is carried to the launch, which gets --seed.
 # LAUNCH_ARGS: what launch.sh gets, e.g. `--prometheus h200-claim2-flashinfer-vs-triton`; MOEPERF_ARGS and
 # MOEPERF_PREWARM, when set here, are written into the launch call.
 # Exits 2, saying what to do, when a part is missing or a call would carry more than 64 MiB.
@@ -34,10 +34,31 @@ bundle_is_whole . || fail ".gpu1/parts says $(cat .gpu1/parts) parts, $n are her
 [ -f .prom/prometheus.xz ] || [[ " $* " != *" --prometheus "* ]] || fail "no .prom: bash results/h200/prometheus-pack.sh"
 echo "the tree that travels: $((tree / 1048576)) MiB; $n bundle parts"
 [ "$n" -le 5 ] || echo "fewer calls: bash results/h200/light-tree.sh on (a tree without the run folders; off after the hold)"
+# The last call: the last bundle part with whatever the launch needs (.fi1, .jit, .prom) and the launch itself,
+# when all of it fits one call with the tree; otherwise each in a call of its own before the launch. Every call
+# saved is a gap of up to 30 s in which the hold can be lost.
+launch_args=("$@")
+[ $seed = 0 ] || [[ " $* " == *" --seed "* ]] || launch_args=(--seed "${launch_args[@]}")
+env_part=""
+[ -z "${MOEPERF_PREWARM:-}" ] || env_part="MOEPERF_PREWARM=$MOEPERF_PREWARM "
+[ -z "${MOEPERF_ARGS:-}" ] || env_part="${env_part}MOEPERF_ARGS=\"$MOEPERF_ARGS\" "
+launch="export PYTHONPATH=\$HOME/moeperf-stash/site && ${env_part}bash results/h200/launch.sh ${launch_args[*]}"
+last=$(echo "$parts" | tail -1)
+extras=()
+[ $fi = 0 ] || extras+=(.fi1)
+[ $seed = 0 ] || extras+=(.jit)
+[[ " $* " != *" --prometheus "* ]] || extras+=(.prom)
+quoted() { printf '"%s", ' "$@" | sed 's/, $//'; }
+merged=0
+[ $((tree + $(size_of "$last" "${extras[@]}"))) -le "$limit" ] && merged=1
 k=0
 for p in $parts; do
   k=$((k + 1))
-  if [ "$p" = ".gpu$n" ] && [ $fi = 1 ]; then
+  if [ "$p" = "$last" ] && [ $merged = 1 ]; then
+    run="bash $p/stash.sh"
+    [ $fi = 0 ] || run="$run && bash .fi1/install.sh"
+    echo "call $k: carry [$(quoted "$p" "${extras[@]}")]: $run && $launch"
+  elif [ "$p" = "$last" ] && [ $fi = 1 ]; then
     fits "$p with .fi1" "$p" .fi1
     echo "call $k: carry [\"$p\", \".fi1\"]: bash $p/stash.sh && bash .fi1/install.sh"
   else
@@ -45,15 +66,13 @@ for p in $parts; do
     echo "call $k: carry [\"$p\"]: bash $p/stash.sh"
   fi
 done
-if [ $seed = 1 ]; then
-  k=$((k + 1)); fits .jit .jit
-  echo "call $k: carry [\".jit\"]: bash results/h200/jit-seed.sh unpack"
+if [ $merged = 0 ]; then
+  if [ $seed = 1 ]; then
+    k=$((k + 1)); fits .jit .jit
+    echo "call $k: carry [\".jit\"]: bash results/h200/jit-seed.sh unpack"
+  fi
+  k=$((k + 1))
+  if [[ " $* " == *" --prometheus "* ]]; then fits ".prom" .prom; carry='[".prom"]'; else carry='[]'; fi
+  echo "call $k: carry $carry: $launch"
 fi
-env_part=""
-[ -z "${MOEPERF_PREWARM:-}" ] || env_part="MOEPERF_PREWARM=$MOEPERF_PREWARM "
-[ -z "${MOEPERF_ARGS:-}" ] || env_part="${env_part}MOEPERF_ARGS=\"$MOEPERF_ARGS\" "
-k=$((k + 1))
-carry=""
-if [[ " $* " == *" --prometheus "* ]]; then fits ".prom" .prom; carry='[".prom"]'; else carry='[]'; fi
-echo "call $k: carry $carry: export PYTHONPATH=\$HOME/moeperf-stash/site && ${env_part}bash results/h200/launch.sh $*"
 echo "then: bash results/h200/collect.sh 540, call after call, each within 30 s of the last; nothing run here between them"

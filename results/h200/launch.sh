@@ -40,6 +40,14 @@ if [ $seed = 1 ]; then  # unpacked here, or by an earlier call carrying .jit alo
   [ -d "$HOME/jit-seed" ] || { echo "--seed: no .jit/jit-seed.tar.xz carried and no $HOME/jit-seed" >&2; exit 2; }
   export MOEPERF_ARGS="${MOEPERF_ARGS:-} --engine.cache_state seeded --engine.jit_cache_seed $HOME/jit-seed"
 fi
+# The card that came decides the engines' accelerator type (Ray's name for it: "NVIDIA H100 80GB HBM3" -> H100): the
+# experiment files say H200, and an H100 is what often starts; a type the machine lacks would leave every engine
+# unplaced. An --engine.accelerator_type given in MOEPERF_ARGS wins.
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print $2}')
+if [ -n "$card" ] && [[ " ${MOEPERF_ARGS:-} " != *" --engine.accelerator_type "* ]]; then
+  export MOEPERF_ARGS="${MOEPERF_ARGS:-} --engine.accelerator_type $card"
+fi
+echo "card: ${card:-none seen}; MOEPERF_ARGS:${MOEPERF_ARGS:-}"
 # The machine's CPU and GPU layout, once per hold: which vCPUs share a core or a NUMA node with the GPU.
 mkdir -p "${CAMPAIGN_DIR:-$HOME/campaign}"
 { lscpu; lscpu -e; nvidia-smi topo -m; cat /sys/fs/cgroup/cpu.max; } >"${CAMPAIGN_DIR:-$HOME/campaign}/topology.txt" 2>&1
