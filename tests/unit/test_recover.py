@@ -187,12 +187,18 @@ def test_whole_rounds_with_no_round_every_arm_finished_is_bad_input_and_changes_
     assert not (run_dir / "result.json").exists()
 
 
-def test_a_round_cut_part_way_pools_at_the_levels_every_arm_finished(tmp_path):
-    # Hold 1's round 0 lost b after its first level (c=1: 4 records); hold 2's round 1 is whole.
+def _hold_cut_after_c1_and_a_whole_one(tmp_path):
+    """Hold 1's round 0 lost b after its first level (c=1: 4 records), recovered as it was; hold 2's round 1 is
+    whole. Returns both folders and the records of one round."""
     first, per_round = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=1, cut={"b": 4})
     second, _ = _sweep_run(tmp_path, "w-hold2", first_round=1, rounds=1, cut={})
     recover(first, ["moeperf", "recover"])
     recover(second, ["moeperf", "recover"], keep_whole_rounds=True)
+    return first, second, per_round
+
+
+def test_a_round_cut_part_way_pools_at_the_levels_every_arm_finished(tmp_path):
+    first, second, per_round = _hold_cut_after_c1_and_a_whole_one(tmp_path)
     out = tmp_path / "pooled-c1"
     assert cli_main(["combine", str(first), str(second), "--levels", "c=1", "--out", str(out)]) == 0
     pooled = load_run(out)
@@ -215,10 +221,7 @@ def test_a_round_cut_part_way_pools_at_the_levels_every_arm_finished(tmp_path):
 
 
 def test_levels_no_arm_finished_or_that_the_run_lacks_are_bad_input_and_nothing_is_written(tmp_path, capsys):
-    first, _ = _sweep_run(tmp_path, "w-hold1", first_round=0, rounds=1, cut={"b": 4})
-    second, _ = _sweep_run(tmp_path, "w-hold2", first_round=1, rounds=1, cut={})
-    recover(first, ["moeperf", "recover"])
-    recover(second, ["moeperf", "recover"], keep_whole_rounds=True)
+    first, second, _ = _hold_cut_after_c1_and_a_whole_one(tmp_path)
     out = tmp_path / "pooled"
     assert cli_main(["combine", str(first), str(second), "--levels", "c=2", "--out", str(out)]) == 2
     assert "no round in which every arm finished c=2 (6 records per round; found a 6, a-control 6, b 0)" in (
