@@ -227,6 +227,12 @@ class ExpertLoad(_Model):
     )
 
 
+# An arm's failure_reason when the run's end cut it short (the driver stopped, or died and `moeperf recover` rebuilt
+# it), alone or as the start of a longer reason: its records are whole as far as they go, which `combine --levels`
+# relies on to count the levels it did finish.
+INTERRUPTED = "interrupted"
+
+
 class ArmResult(_Model):
     name: str
     control_of: str | None = Field(None, description="For an A/A control arm: the arm it duplicates.")

@@ -55,6 +55,7 @@ from cluster.placement.groups import PlacementError, arm_bundles, bundle_gpu_ids
 from experiment.config import ArmSpec, EngineSpec, ExperimentConfig
 from moe_opt.flags import cpu_effect_note
 from result_format.run_result import (
+    INTERRUPTED,
     ArmResult,
     CompileEventRecord,
     EngineInfo,
@@ -640,7 +641,7 @@ class ArmRunner:
             sealed, records, self.run_dir, self.cfg.slo, self.cfg.client.max_dispatch_lag_p99_ms
         )
         planned = self.planned_per_round * max(1, self.cfg.rounds)
-        failure = self.failure or (("interrupted", None) if interrupted else None)
+        failure = self.failure or ((INTERRUPTED, None) if interrupted else None)
         if failure is None and stopped is not None and self.rounds_done < self.cfg.rounds:
             failure = (f"run stopped after {self.rounds_done} of {self.cfg.rounds} round(s): {stopped}", None)
         result = ArmResult(

@@ -20,34 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from cluster.orchestration.recover import level_plan, whole_rounds
 from experiment.config import ConfigError
-from result_format.run_result import ArmResult, LevelResult, RunResult
+from result_format.run_result import INTERRUPTED, ArmResult, LevelResult, RunResult
 from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 from workloads.schedule_file import ScheduleFileError, read_schedule
-from workloads.workload import Schedule
-
-INTERRUPTED = "interrupted"
-
-
-def level_plan(schedule: Schedule) -> list[tuple[int, int]]:
-    """(requests, of which warm-up) per sweep level and round: the saved schedule is the levels in sweep order,
-    each numbered from 0, so a level starts where ``index`` is 0."""
-    starts = [int(i) for i in np.flatnonzero(schedule.requests.index == 0)] + [len(schedule.requests)]
-    warmup = schedule.requests.warmup
-    return [(b - a, int(warmup[a:b].sum())) for a, b in zip(starts[:-1], starts[1:], strict=True)]
-
-
-def _rounds_finished(arms: Sequence[RecordColumns], per_round: int) -> list[int]:
-    """The rounds from the first one on that every arm finished at the kept levels; stops at the first it did
-    not (as ``recover --whole_rounds`` does), so what is kept stays a run of consecutive rounds."""
-    present = sorted({int(r) for cols in arms for r in np.unique(cols.round)})
-    out: list[int] = []
-    for rnd in range(present[0], present[-1] + 1) if present else []:
-        if any(int((cols.round == rnd).sum()) != per_round for cols in arms):
-            break
-        out.append(rnd)
-    return out
 
 
 def _cut_arm(
@@ -89,7 +67,7 @@ def keep_levels(run: RunResult, run_dir: Path, labels: Sequence[str]) -> RunResu
     renumber = np.full(len(names), -1, dtype=np.int64)
     renumber[kept] = np.arange(len(kept))
     at_levels = [a.columns.select(np.isin(a.columns.level, kept)) for a in run.arms]
-    rounds = _rounds_finished(at_levels, per_round)
+    rounds = whole_rounds(cfg, per_round, at_levels)
     if not rounds:
         counts = ", ".join(f"{a.name} {len(c)}" for a, c in zip(run.arms, at_levels, strict=True))
         raise ConfigError(

@@ -24,7 +24,6 @@ from pydantic import ValidationError
 
 from cluster.orchestration.arm_records import RecordsOutcome, seal_found
 from cluster.orchestration.driver import schedule_info
-from cluster.orchestration.level_subset import level_plan
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import (
     JOURNAL_SUFFIX,
@@ -33,7 +32,7 @@ from result_format.records_store import (
     read_columns,
     write_sealed,
 )
-from result_format.run_result import ArmResult, LevelResult, RunResult
+from result_format.run_result import INTERRUPTED, ArmResult, LevelResult, RunResult
 from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 from workloads.schedule_columns import SCHEDULE_FILE
@@ -82,6 +81,14 @@ def whole_rounds(cfg: ExperimentConfig, per_round: int, records: list[RecordColu
             break
         out.append(rnd)
     return out
+
+
+def level_plan(schedule: Schedule) -> list[tuple[int, int]]:
+    """(requests, of which warm-up) per sweep level and round: the saved schedule is the levels in sweep order,
+    each numbered from 0, so a level starts where ``index`` is 0."""
+    starts = [int(i) for i in np.flatnonzero(schedule.requests.index == 0)] + [len(schedule.requests)]
+    warmup = schedule.requests.warmup
+    return [(b - a, int(warmup[a:b].sum())) for a, b in zip(starts[:-1], starts[1:], strict=True)]
 
 
 def _level_results(cfg: ExperimentConfig, schedule: Schedule, records: RecordColumns) -> list[LevelResult]:
@@ -166,7 +173,7 @@ def recover_result(run_dir: Path, command: list[str], keep_whole_rounds: bool = 
                 flags=cfg.arm_flags(arm),
                 flags_applied=False,
                 status="ok" if keep_whole_rounds else "failed",
-                failure_reason=None if keep_whole_rounds else "interrupted: the driver ended mid-run (recovered)",
+                failure_reason=None if keep_whole_rounds else f"{INTERRUPTED}: the driver ended mid-run (recovered)",
                 requests_planned=planned,
                 requests_not_sent=max(0, planned - outcome.sent),
                 rounds=len(records.rounds()),

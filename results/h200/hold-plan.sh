@@ -11,10 +11,11 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-fi=0; seed=0
+fi=0; seed=0; prom=0
 while [ $# -gt 0 ]; do
   case "$1" in --fi) fi=1 ;; --seed) seed=1 ;; *) break ;; esac; shift
 done
+[[ " $* " != *" --prometheus "* ]] || prom=1
 limit=$((64 * 1048576))
 source results/h200/carry-lib.sh
 tree=$(tree_bytes)
@@ -31,7 +32,7 @@ n=$(echo "$parts" | wc -l)
 bundle_is_whole . || fail ".gpu1/parts says $(cat .gpu1/parts) parts, $n are here: build them again"
 [ $fi = 0 ] || [ -f .fi1/install.sh ] || fail "no .fi1: bash results/h200/flashinfer-fp8.sh build && check && pack"
 [ $seed = 0 ] || [ -f .jit/jit-seed.tar.xz ] || fail "no .jit: bash results/h200/jit-seed.sh keep DIR"
-[ -f .prom/prometheus.xz ] || [[ " $* " != *" --prometheus "* ]] || fail "no .prom: bash results/h200/prometheus-pack.sh"
+[ $prom = 0 ] || [ -f .prom/prometheus.xz ] || fail "no .prom: bash results/h200/prometheus-pack.sh"
 echo "the tree that travels: $((tree / 1048576)) MiB; $n bundle parts"
 [ "$n" -le 5 ] || echo "fewer calls: bash results/h200/light-tree.sh on (a tree without the run folders; off after the hold)"
 # The last call: the last bundle part with whatever the launch needs (.fi1, .jit, .prom) and the launch itself,
@@ -47,7 +48,7 @@ last=$(echo "$parts" | tail -1)
 extras=()
 [ $fi = 0 ] || extras+=(.fi1)
 [ $seed = 0 ] || extras+=(.jit)
-[[ " $* " != *" --prometheus "* ]] || extras+=(.prom)
+[ $prom = 0 ] || extras+=(.prom)
 quoted() { printf '"%s", ' "$@" | sed 's/, $//'; }
 merged=0
 [ $((tree + $(size_of "$last" "${extras[@]}"))) -le "$limit" ] && merged=1
@@ -72,7 +73,7 @@ if [ $merged = 0 ]; then
     echo "call $k: carry [\".jit\"]: bash results/h200/jit-seed.sh unpack"
   fi
   k=$((k + 1))
-  if [[ " $* " == *" --prometheus "* ]]; then fits ".prom" .prom; carry='[".prom"]'; else carry='[]'; fi
+  if [ $prom = 1 ]; then fits ".prom" .prom; carry='[".prom"]'; else carry='[]'; fi
   echo "call $k: carry $carry: $launch"
 fi
 echo "then: bash results/h200/collect.sh 540, call after call, each within 30 s of the last; nothing run here between them"
