@@ -124,7 +124,9 @@ def cmd_combine(ns: argparse.Namespace) -> int:
     from cluster.orchestration.combine import combine
 
     try:
-        levels = [lab.strip() for lab in ns.levels.split(",") if lab.strip()] if ns.levels else []
+        levels = [lab.strip() for lab in ns.levels.split(",") if lab.strip()] if ns.levels is not None else []
+        if ns.levels is not None and not levels:
+            raise ConfigError(f"--levels {ns.levels!r} names no level; give labels as the report names them (c=1,c=4)")
         result = combine([Path(r) for r in ns.runs], Path(ns.out), ["moeperf", "combine", *sys.argv[2:]], levels)
     except ConfigError as e:
         print(f"moeperf: {e}", file=sys.stderr)

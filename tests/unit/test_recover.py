@@ -229,4 +229,6 @@ def test_levels_no_arm_finished_or_that_the_run_lacks_are_bad_input_and_nothing_
     )
     assert cli_main(["combine", str(first), str(second), "--levels", "c=8", "--out", str(out)]) == 2
     assert "--levels c=8: its levels are c=1, c=2" in capsys.readouterr().err
+    assert cli_main(["combine", str(first), str(second), "--levels", ",", "--out", str(out)]) == 2
+    assert "--levels ',' names no level" in capsys.readouterr().err
     assert not out.exists()
