@@ -400,7 +400,10 @@ class TurnRecord(_Model):
     kind: Literal["warmup", "measured"] = Field(description="'warmup': the unmeasured warm-up pass of one setting.")
     round: int = Field(description="Round of a measured turn (0 for the warm-up pass).")
     arms: list[str] = Field(description="The arm (interleaved), every arm (parallel), or the warm-up's setting.")
-    started_at: str = Field(description="UTC, ISO 8601.")
+    started_at: str | None = Field(
+        description="UTC, ISO 8601; null in a turn `moeperf recover` rebuilt from the run's plan (the driver's clock "
+        "died with it)."
+    )
     ended_at: str | None = Field(None, description="UTC, ISO 8601; null when the turn did not end (the run stopped).")
 
 
@@ -433,8 +436,8 @@ class RunResult(_Model):
         default_factory=list,
         description="Every turn in the order it ran: with interleaved placement an arm's place among its round's "
         "engines, which the analysis checks for a place effect read as an arm's (analysis/places.py). A combined "
-        "result holds its parts' turns in part order. Empty in files written before 2026-12-03 and in recovered "
-        "results (the driver that knew them had died).",
+        "result holds its parts' turns in part order. Empty in files written before 2026-12-03; in a recovered "
+        "result, the measured turns of the run's plan up to the last engine that wrote a record, without times.",
     )
 
     @model_validator(mode="before")

@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from cluster.orchestration.arm_records import RecordsOutcome, seal_found
-from cluster.orchestration.driver import schedule_info
+from cluster.orchestration.driver import plan_turns, schedule_info
 from experiment.config import ConfigError, ExperimentConfig
 from result_format.records_store import (
     JOURNAL_SUFFIX,
@@ -32,7 +32,7 @@ from result_format.records_store import (
     read_columns,
     write_sealed,
 )
-from result_format.run_result import INTERRUPTED, ArmResult, LevelResult, RunResult
+from result_format.run_result import INTERRUPTED, ArmResult, LevelResult, RunResult, TurnRecord
 from workloads.metrics import summarize_level
 from workloads.record_columns import RecordColumns
 from workloads.schedule_columns import SCHEDULE_FILE
@@ -89,6 +89,22 @@ def level_plan(schedule: Schedule) -> list[tuple[int, int]]:
     starts = [int(i) for i in np.flatnonzero(schedule.requests.index == 0)] + [len(schedule.requests)]
     warmup = schedule.requests.warmup
     return [(b - a, int(warmup[a:b].sum())) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+
+def recovered_turns(cfg: ExperimentConfig, records: dict[str, RecordColumns]) -> list[TurnRecord]:
+    """The measured turns the dead driver ran, in its order, without times: its plan (``driver.plan_turns``) up to
+    the last turn whose arms wrote a record. The driver runs its turns one after another, so every turn before
+    that one started too, even one whose engine wrote nothing.
+
+    Why: each engine's place in its round (``analysis.places``) comes from the turns, and the middle engine of a
+    round has been the slow one at c=64 in three holds; a recovered run without turns could not say which arm held
+    which place, in itself or pooled. Warm-up turns are left out: they have no place in a round."""
+    planned = [t for t in plan_turns(cfg) if t.kind == "measured"]
+    started = [i for i, t in enumerate(planned) if all((records[n].round == t.round).any() for n in t.names)]
+    return [
+        TurnRecord(kind="measured", round=t.round, arms=list(t.names), started_at=None)
+        for t in planned[: started[-1] + 1 if started else 0]
+    ]
 
 
 def _level_results(cfg: ExperimentConfig, schedule: Schedule, records: RecordColumns) -> list[LevelResult]:
@@ -161,6 +177,11 @@ def recover_result(run_dir: Path, command: list[str], keep_whole_rounds: bool = 
             "died with the driver"
         )
         cfg = cfg.model_copy(update={"rounds": len(rounds)})
+    turns = recovered_turns(cfg, {name: a.records for name, a in found.items()})
+    if turns:
+        notes.append(
+            "the turns are the run's plan up to the last engine that wrote a record; their times died with the driver"
+        )
     arms = []
     for arm in cfg.arms:
         sealed, records = found[arm.name].sealed, found[arm.name].records
@@ -192,6 +213,7 @@ def recover_result(run_dir: Path, command: list[str], keep_whole_rounds: bool = 
         environment=env,
         schedule=schedule_info(schedule, requests=len(schedule.requests), duration_s=schedule.duration_s),
         arms=arms,
+        turns=turns,
         notes=notes,
         error=RECOVERED_ERROR,
     )

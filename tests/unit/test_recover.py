@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from analysis.places import arm_places
 from analysis.report_cli import main as report_main
 from cluster.cli.main import main as cli_main
 from cluster.orchestration.driver import plan_run
@@ -76,6 +77,11 @@ def test_a_killed_runs_records_become_an_interrupted_result_and_nothing_is_lost(
     assert b.requests_not_sent == 6 and b.flags.swap_ab is True
     assert all(a.status == "failed" and "interrupted" in (a.failure_reason or "") for a in res.arms)
     assert any("last batch of records was cut" in n for n in res.notes)
+    # The turns are the plan up to the last engine that wrote (interleaved: baseline, then b), without times.
+    assert [(t.kind, t.round, t.arms, t.started_at) for t in res.turns] == [
+        ("measured", 0, ["baseline"], None),
+        ("measured", 0, ["b"], None),
+    ]
     # The journals are sealed into Parquet, checked against the checksums result.json holds.
     assert not list((run_dir / "records").glob("*.arrows"))
     assert [a.records_file for a in res.arms] == ["records/baseline.parquet", "records/b.parquet"]
@@ -213,9 +219,13 @@ def test_a_round_cut_part_way_pools_at_the_levels_every_arm_finished(tmp_path):
         assert arm.levels[0].summary is not None and arm.levels[0].summary.ttft_s.count == 6
         assert arm.window_metrics_by_round == {}  # whole rounds' step times do not describe one level
     assert any("cut to levels c=1 and rounds 0-0" in n for n in pooled.notes)
+    # The recovered hold's engine places count too: round 0 ran a, a-control, b and round 1 the mirror, so the
+    # control held the middle in both and the report says its noise floor may be its place's.
+    assert arm_places(pooled.turns) == {"a": {0: 1, 1: 3}, "a-control": {0: 2, 1: 2}, "b": {0: 3, 1: 1}}
     assert report_main([str(out), "--bootstrap", "50"]) == 0
     report = (out / "report.md").read_text()
     assert "### Per level: b vs a" in report and "To get verdicts" not in report
+    assert "engine places in rounds 0, 1 (a 1, 3; b 3, 1; a-control 2, 2): a-control held one place" in report
     # The hold's files are untouched: every record of its cut round is still there.
     assert [a.records_count for a in load_run(first).arms] == [per_round, per_round, 4]
 
