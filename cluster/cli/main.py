@@ -210,7 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
         "recover", help="Rebuild result.json of a run whose driver died (from records/ and the saved inputs)."
     )
     rec.add_argument("run_dir", help="The run folder, runs/<id>.")
-    rec.add_argument("--force", action="store_true", help="Rebuild even if result.json exists.")
+    rec.add_argument(
+        "--force",
+        action="store_true",
+        help="Rebuild even if result.json exists; its start and end times are kept (a checkout resets the files').",
+    )
     rec.add_argument(
         "--whole_rounds",
         action="store_true",

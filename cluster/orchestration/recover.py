@@ -225,5 +225,18 @@ def recover(run_dir: Path, command: list[str], overwrite: bool = False, keep_who
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists: the run has its result (pass --force to rebuild it from records/)")
     result = recover_result(run_dir, command, keep_whole_rounds)
+    if target.exists():
+        result = result.model_copy(update=_times_of(target))
     target.write_text(result.model_dump_json(indent=1))
     return result
+
+
+def _times_of(replaced: Path) -> dict[str, str]:
+    """The start and end times of the result ``--force`` replaces. Why: a rebuilt result dates the run by its
+    files' modification times, which a git checkout or a copy resets; the replaced file's times were taken when
+    they were still the run's. Nothing when that file cannot be read (which may be why it is being replaced)."""
+    try:
+        old = json.loads(replaced.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: old[k] for k in ("started_at", "finished_at") if isinstance(old, dict) and isinstance(old.get(k), str)}

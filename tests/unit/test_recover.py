@@ -2,6 +2,7 @@
 becomes a valid, interrupted result with every record on disk, and the report renders from it."""
 
 import json
+import os
 
 import pytest
 import yaml
@@ -166,9 +167,12 @@ def test_whole_rounds_keeps_what_every_arm_finished_as_ok_arms_and_sets_the_rest
     assert any("3 record(s) of rounds after 0" in n for n in res.notes)
     assert report_main([str(run_dir), "--bootstrap", "50"]) == 0
     assert "fewer than two usable arms" not in (run_dir / "report.md").read_text()
-    # A plain recover afterwards brings every record back, each arm failed again.
+    # A plain recover afterwards brings every record back, each arm failed again. It keeps the replaced result's
+    # times although the files' modification times changed since (as a git checkout changes them).
+    os.utime(run_dir / "config.yaml", (2e9, 2e9))
     assert cli_main(["recover", str(run_dir), "--force"]) == 0
     again = load_run(run_dir)
+    assert (again.started_at, again.finished_at) == (res.started_at, res.finished_at)
     assert [a.records_count for a in again.arms] == [2 * per_round, 2 * per_round, per_round + 3]
     assert all(a.status == "failed" for a in again.arms) and not list((run_dir / "records").glob("*.after-*"))
 
