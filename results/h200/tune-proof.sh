@@ -5,7 +5,8 @@
 #             the Zipf routing its engines are biased to, into the folder experiments/h200-tuned-dsv3-fp8.yaml
 #             names (about 9 min); without it, e2e uses the folder tuned on 2026-12-02 (committed, same GPU type,
 #             vLLM 0.26.0, Triton 3.6.0);
-#   e2e       that experiment: vLLM's configs, the tuned folder, an A/A control, the load sweep;
+#   e2e       that experiment: vLLM's configs, the tuned folder, an A/A control, the load sweep (on a card other
+#             than an H200 with no tuned folder yet, the tune step runs first: the committed one is H200's);
 #   kernels   kernel level for the other per-rank TP=8 shapes vLLM ships no H200 config for (Qwen3-235B-A22B FP8,
 #             DeepSeek-V3 bf16), uniform routing as vLLM's own tuner times them;
 #   vs-vllm   moe_opt's kernels beside vLLM's, 56 cells (moe_opt/bench/vs_vllm.py);
@@ -37,7 +38,16 @@ for what in "$@"; do
     step "end expert-load-cost rc=$?" ;;
   tune) tune h200-dsv3-fp8 --model experiments/h200-tuned-dsv3-fp8.yaml --routing zipf:1.0 ;;
   e2e)
-    if [ ! -d "$tuned/h200-dsv3-fp8" ]; then mkdir -p "$tuned" && cp -r "$committed/h200-dsv3-fp8" "$tuned/"; fi
+    # vLLM picks a tuned file by the card's name (device_name=NVIDIA_H200 in the committed one). On another card
+    # the committed folder would be ignored and the tuned arm would run vLLM's default, so tune for this card.
+    if [ ! -d "$tuned/h200-dsv3-fp8" ]; then
+      if nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q 'H200'; then
+        mkdir -p "$tuned" && cp -r "$committed/h200-dsv3-fp8" "$tuned/"
+      else
+        step "the committed folder is for NVIDIA_H200: tuning for this card first"
+        tune h200-dsv3-fp8 --model experiments/h200-tuned-dsv3-fp8.yaml --routing zipf:1.0
+      fi
+    fi
     study h200-tuned-dsv3-fp8 ;;
   kernels)
     buckets=1,16,64,256,1024,4096
