@@ -30,6 +30,7 @@ from moe_opt.kernels.routing import (
 )
 from moe_opt.kernels.switches import Fp8Scales, KernelSwitches, TileConfig, UnsupportedKernelConfig
 from moe_opt.kernels.tile_configs import BATCH_BUCKETS, TileTable, batch_bucket, default_table, table_key
+from moe_opt.kernels.topk_sum import topk_sum, topk_sum_torch
 
 __all__ = [
     "BATCH_BUCKETS",
@@ -64,4 +65,6 @@ __all__ = [
     "topk_softmax_quant",
     "topk_softmax_quant_torch",
     "topk_softmax_torch",
+    "topk_sum",
+    "topk_sum_torch",
 ]

@@ -24,6 +24,7 @@ from moe_opt.kernels.moe_gemm import moe_gemm
 from moe_opt.kernels.routing import topk_softmax, topk_softmax_quant, topk_softmax_torch
 from moe_opt.kernels.switches import Fp8Scales, KernelSwitches, TileConfig, UnsupportedKernelConfig
 from moe_opt.kernels.tile_configs import TileChoice, TileTable, default_table
+from moe_opt.kernels.topk_sum import topk_sum
 
 DEFAULT_SWITCHES = KernelSwitches()
 
@@ -208,8 +209,7 @@ def _fused_experts(
         scales.w2_scale if fp8 and scales is not None else None,
         naive=plan.naive_slots,
     )  # fmt: skip
-    torch.sum(cache3.view(num_tokens, top_k, hidden), dim=1, out=out)
-    return out
+    return topk_sum(cache3, top_k, out)
 
 
 def fused_experts_torch(
@@ -274,8 +274,8 @@ def fused_moe(
     """Whole MoE layer forward (Triton): hidden_states [T, H] bf16 -> [T, H] bf16.
 
     Launches: routing (with the FP8 input quantisation folded in), alignment (none at very sparse batches,
-    see `naive_block_assignment`), GEMM1, SiLU-and-mul, GEMM2 and the top-k sum; a decode step is short
-    enough for each launch to count.
+    see `naive_block_assignment`; two launches past 1024 slots), GEMM1, SiLU-and-mul, GEMM2 and the top-k
+    sum; a decode step is short enough for each launch to count.
     """
     if switches.dtype == "fp8" and scales is not None:
         _check_inputs(hidden_states, w13, w2, switches, scales)

@@ -32,7 +32,12 @@ def test_topk_softmax_rejects_bad_top_k():
         topk_softmax(torch.randn(2, 4, device=device()), 5)
 
 
-@pytest.mark.parametrize("num_tokens,top_k,num_experts", [(0, 2, 8), (1, 1, 8), (1, 8, 12), (7, 2, 8), (33, 8, 12)])
+# Past 1024 slots the alignment counts and places per chunk (two launches): one slot over a chunk, several
+# chunks with a ragged last one, and an expert count that is not a power of two.
+@pytest.mark.parametrize(
+    "num_tokens,top_k,num_experts",
+    [(0, 2, 8), (1, 1, 8), (1, 8, 12), (7, 2, 8), (33, 8, 12), (1025, 1, 8), (301, 8, 12), (129, 8, 160)],
+)
 @pytest.mark.parametrize("block_m", [16, 32])
 @pytest.mark.parametrize("respecialize", [True, False])
 def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecialize):
