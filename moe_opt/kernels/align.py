@@ -152,6 +152,7 @@ def _chunk_scatter_body(
             max_padded, BLOCK, BLOCK_E, BLOCK_M,
         )  # fmt: skip
 
+
 # The chunk count follows the batch as well.
 _CHUNKED_VARYING_ARGS = [*BATCH_VARYING_ARGS, "num_chunks"]
 _counts_spec = triton.jit(_chunk_counts_body)

@@ -24,11 +24,15 @@ def _topk_sum_kernel(x_ptr, out_ptr, n_cols, TOP_K: tl.constexpr, BLOCK: tl.cons
     tl.store(out_ptr + token * n_cols + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def _check_shapes(x: torch.Tensor, top_k: int, out: torch.Tensor) -> None:
+    if x.shape[0] != out.shape[0] * top_k or x.shape[1] != out.shape[1]:
+        raise ValueError(f"x {tuple(x.shape)} is not out {tuple(out.shape)} x top_k {top_k}")
+
+
 def topk_sum(x: torch.Tensor, top_k: int, out: torch.Tensor) -> torch.Tensor:
     """x [T * top_k, H] (contiguous, the k rows of a token adjacent) -> out [T, H], summed in fp32."""
+    _check_shapes(x, top_k, out)
     rows, cols = x.shape
-    if rows != out.shape[0] * top_k or cols != out.shape[1]:
-        raise ValueError(f"x {tuple(x.shape)} is not out {tuple(out.shape)} x top_k {top_k}")
     if rows == 0:
         return out
     block = min(1024, triton.next_power_of_2(cols))
@@ -38,7 +42,6 @@ def topk_sum(x: torch.Tensor, top_k: int, out: torch.Tensor) -> torch.Tensor:
 
 def topk_sum_torch(x: torch.Tensor, top_k: int, out: torch.Tensor) -> torch.Tensor:
     """Plain-torch twin of `topk_sum`."""
-    if x.shape[0] != out.shape[0] * top_k or x.shape[1] != out.shape[1]:
-        raise ValueError(f"x {tuple(x.shape)} is not out {tuple(out.shape)} x top_k {top_k}")
+    _check_shapes(x, top_k, out)
     out.copy_(x.float().view(out.shape[0], top_k, x.shape[1]).sum(dim=1).to(out.dtype))
     return out
