@@ -179,26 +179,52 @@ def _alloc_outputs(
     return sorted_ids, expert_ids, num_post_pad
 
 
+# Up to this many (token, k) slots one launch aligns; past it, two launches per chunk. On an H100 (2026-12-07,
+# results/h200/issue20-kernel-check-h100-20261207/) chunking from 1,025 slots made the whole forward 1-4% slower
+# at 2,048 slots (256 tokens x top-8, 128 experts), where a second launch costs more than the extra reads, and
+# 2-16% faster from 8,192 slots (1,024 tokens x top-8). `moe_opt.bench.align_paths` times both paths per slot
+# count and expert count.
+ONE_LAUNCH_MAX_SLOTS = 4096
+
+
 def moe_align_block_size(
     topk_ids: torch.Tensor, block_m: int, num_experts: int, respecialize: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version; returns (sorted_token_ids, expert_ids, num_tokens_post_padded)."""
+    if topk_ids.numel() <= ONE_LAUNCH_MAX_SLOTS:
+        return moe_align_one_launch(topk_ids, block_m, num_experts, respecialize)
+    return moe_align_chunked(topk_ids, block_m, num_experts, respecialize)
+
+
+def moe_align_one_launch(
+    topk_ids: torch.Tensor, block_m: int, num_experts: int, respecialize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`moe_align_block_size` in one launch of one program per expert, at any slot count."""
+    numel = topk_ids.numel()
+    if numel == 0:
+        return _alloc_outputs(topk_ids, block_m, num_experts)
+    sorted_ids, expert_ids, num_post_pad = _alloc_outputs(topk_ids, block_m, num_experts, fill=False)
+    kernel = _align_spec if respecialize else _align_nospec
+    kernel[(num_experts,)](
+        topk_ids.reshape(-1), sorted_ids, expert_ids, num_post_pad, numel, sorted_ids.numel(), num_experts,
+        BLOCK=ALIGN_BLOCK, BLOCK_E=triton.next_power_of_2(num_experts), BLOCK_M=block_m, num_warps=4,
+    )  # fmt: skip
+    return sorted_ids, expert_ids, num_post_pad
+
+
+def moe_align_chunked(
+    topk_ids: torch.Tensor, block_m: int, num_experts: int, respecialize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`moe_align_block_size` in two launches over chunks of `ALIGN_BLOCK` slots, at any slot count.
+
+    One program per expert that reads every id twice grows with E x numel (58 us at 4096 tokens x top-8 on an
+    H100, against vLLM's 24: 2026-12-07). Counting per chunk, then placing per chunk, reads each id twice in all."""
     numel = topk_ids.numel()
     if numel == 0:
         return _alloc_outputs(topk_ids, block_m, num_experts)
     sorted_ids, expert_ids, num_post_pad = _alloc_outputs(topk_ids, block_m, num_experts, fill=False)
     flat = topk_ids.reshape(-1)
     block_e = triton.next_power_of_2(num_experts)
-    if numel <= ALIGN_BLOCK:
-        kernel = _align_spec if respecialize else _align_nospec
-        kernel[(num_experts,)](
-            flat, sorted_ids, expert_ids, num_post_pad, numel, sorted_ids.numel(), num_experts,
-            BLOCK=ALIGN_BLOCK, BLOCK_E=block_e, BLOCK_M=block_m, num_warps=4,
-        )  # fmt: skip
-        return sorted_ids, expert_ids, num_post_pad
-    # Past one chunk, one program per expert that reads every id twice grows with E x numel (58 us at 4096
-    # tokens x top-8 on an H100, against vLLM's 24: 2026-12-07). Counting per chunk, then placing per chunk,
-    # reads each id twice in all.
     num_chunks = triton.cdiv(numel, ALIGN_BLOCK)
     counts = torch.empty((num_chunks, block_e), dtype=torch.int32, device=topk_ids.device)
     (_counts_spec if respecialize else _counts_nospec)[(num_chunks,)](

@@ -22,6 +22,7 @@ from moe_opt.kernels import (
     topk_softmax,
     topk_softmax_torch,
 )
+from moe_opt.kernels.align import moe_align_chunked, moe_align_one_launch
 from moe_opt.kernels.testing import check_close, make_moe
 
 pytestmark = [
@@ -64,9 +65,25 @@ def test_routing_and_align_real_sizes(num_tokens, num_experts, top_k):
     assert torch.equal(ids, ids_ref)
     torch.testing.assert_close(w, w_ref)
     for block_m in (16, 64):
-        got = moe_align_block_size(ids, block_m, num_experts)
         ref = moe_align_block_size_torch(ids, block_m, num_experts)
-        assert all(torch.equal(g, r) for g, r in zip(got, ref, strict=True))
+        for align in (moe_align_block_size, moe_align_one_launch, moe_align_chunked):
+            got = align(ids, block_m, num_experts)
+            assert all(torch.equal(g, r) for g, r in zip(got, ref, strict=True)), align.__name__
+
+
+def test_align_paths_bench_times_both_paths(tmp_path):
+    import json
+
+    from moe_opt.bench import align_paths
+
+    out = tmp_path / "align_paths.json"
+    assert align_paths.main(["--slots", "1024,4096", "--block-m", "16", "--trials", "3", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    experts = sorted({s.num_experts for s in SHAPES.values()})
+    assert [(r["experts"], r["slots"]) for r in doc["rows"]] == [(e, n) for e in experts for n in (1024, 4096)]
+    assert all(r["one_launch_us"] > 0 and r["chunked_us"] > 0 for r in doc["rows"])
+    assert set(doc["one_launch_no_slower_up_to_slots"]) == {f"E={e} block_m=16" for e in experts}
+    assert doc["environment"]["gpu"] != "none"
 
 
 def test_cuda_graph_replay_matches_eager():

@@ -10,6 +10,7 @@ from moe_opt.kernels import (
     topk_softmax,
     topk_softmax_torch,
 )
+from moe_opt.kernels.align import ONE_LAUNCH_MAX_SLOTS, moe_align_chunked, moe_align_one_launch
 from moe_opt.kernels.testing import device
 
 
@@ -32,18 +33,29 @@ def test_topk_softmax_rejects_bad_top_k():
         topk_softmax(torch.randn(2, 4, device=device()), 5)
 
 
-# Past 1024 slots the alignment counts and places per chunk (two launches): one slot over a chunk, several
-# chunks with a ragged last one, and an expert count that is not a power of two.
+# Both paths at every size, though each serves only one side of ONE_LAUNCH_MAX_SLOTS: one slot over a
+# 1024-slot chunk, several chunks with a ragged last one, and an expert count that is not a power of two.
 @pytest.mark.parametrize(
     "num_tokens,top_k,num_experts",
     [(0, 2, 8), (1, 1, 8), (1, 8, 12), (7, 2, 8), (33, 8, 12), (1025, 1, 8), (301, 8, 12), (129, 8, 160)],
 )
 @pytest.mark.parametrize("block_m", [16, 32])
 @pytest.mark.parametrize("respecialize", [True, False])
-def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecialize):
+@pytest.mark.parametrize("align", [moe_align_one_launch, moe_align_chunked])
+def test_align_matches_twin(num_tokens, top_k, num_experts, block_m, respecialize, align):
+    check_align(align, num_tokens, top_k, num_experts, block_m, respecialize)
+
+
+# The dispatcher on both sides of its limit (one slot past it is a ragged fifth chunk).
+@pytest.mark.parametrize("num_tokens", [ONE_LAUNCH_MAX_SLOTS, ONE_LAUNCH_MAX_SLOTS + 1])
+def test_align_dispatch_matches_twin(num_tokens):
+    check_align(moe_align_block_size, num_tokens, 1, 8, 16, False)
+
+
+def check_align(align, num_tokens, top_k, num_experts, block_m, respecialize):
     scores = torch.rand(num_tokens, num_experts, device=device())
     topk_ids = torch.topk(scores, top_k, dim=-1).indices.to(torch.int32)
-    got = moe_align_block_size(topk_ids, block_m, num_experts, respecialize)
+    got = align(topk_ids, block_m, num_experts, respecialize)
     ref = moe_align_block_size_torch(topk_ids, block_m, num_experts, respecialize)
     for g, r in zip(got, ref, strict=True):
         assert torch.equal(g, r)
