@@ -10,7 +10,7 @@ expert count of ``shapes.SHAPES``, and names the largest slot count where one la
 
     python3 -m moe_opt.bench.align_paths --out $OUT/align_paths.json [--slots 512,1024,...] [--block-m 16,64]
 
-Exit codes: 0 written, 2 no CUDA GPU.
+Exit codes: 0 written, 2 bad arguments or no CUDA GPU (checked after the arguments).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from typing import Any
 import torch
 
 from moe_opt.bench.env_info import environment
+from moe_opt.bench.routing_dist import sample_routing
 from moe_opt.bench.shapes import SHAPES
 from moe_opt.bench.timing import time_graphs_alternating_ms
+from moe_opt.bench.vs_vllm import positive_ints
 from moe_opt.kernels.align import ONE_LAUNCH_MAX_SLOTS, moe_align_chunked, moe_align_one_launch
 
 SLOTS = (512, 1024, 2048, 3072, 4096, 6144, 8192, 16384, 32768)
@@ -34,16 +36,9 @@ INPUTS = 4
 """Distinct id tensors a graph rotates through, so that no replay reads ids the previous one left in L1."""
 
 
-def _ids(slots: int, num_experts: int, top_k: int, seed: int) -> torch.Tensor:
-    """Uniformly routed top-k ids (distinct experts per token) filling ``slots`` slots, rounded up to whole tokens."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    tokens = -(-slots // top_k)
-    scores = torch.rand(tokens, num_experts, device="cuda", generator=gen)
-    return torch.topk(scores, top_k, dim=-1).indices.to(torch.int32)
-
-
 def time_cell(slots: int, num_experts: int, top_k: int, block_m: int, trials: int) -> dict[str, Any]:
-    ids = [_ids(slots, num_experts, top_k, seed) for seed in range(INPUTS)]
+    tokens = -(-slots // top_k)  # whole tokens, rounded up
+    ids = [sample_routing("uniform", tokens, num_experts, top_k, seed=seed)[1] for seed in range(INPUTS)]
     sides = [
         [lambda t=t, fn=fn: fn(t, block_m, num_experts, False) for t in ids]
         for fn in (moe_align_one_launch, moe_align_chunked)
@@ -76,8 +71,8 @@ def crossover(rows: list[dict[str, Any]]) -> dict[str, int | None]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--slots", default=",".join(map(str, SLOTS)), help="comma-separated (token, k) slot counts")
-    ap.add_argument("--block-m", default="16,64", help="comma-separated M tiles to align to")
+    ap.add_argument("--slots", type=positive_ints, default=list(SLOTS), help="comma-separated (token, k) slot counts")
+    ap.add_argument("--block-m", type=positive_ints, default=[16, 64], help="comma-separated M tiles to align to")
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -87,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     experts_top_k = sorted({(s.num_experts, s.top_k) for s in SHAPES.values()})
     rows: list[dict[str, Any]] = []
     for num_experts, top_k in experts_top_k:
-        for block_m in (int(b) for b in args.block_m.split(",")):
-            for slots in (int(n) for n in args.slots.split(",")):
+        for block_m in args.block_m:
+            for slots in args.slots:
                 rows.append(time_cell(slots, num_experts, top_k, block_m, args.trials))
                 print(json.dumps(rows[-1]), flush=True)
     out = {

@@ -79,7 +79,8 @@ def _names(choices: Sequence[str], what: str) -> Callable[[str], list[str]]:
     return parse
 
 
-def _positive_ints(text: str) -> list[int]:
+def positive_ints(text: str) -> list[int]:
+    """An argparse type for a comma-separated list of positive integers (sorted, repeats dropped)."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=_names(list(SHAPES), "shape"), default=list(SHAPES), help="comma-separated")
     p.add_argument("--dtypes", type=_names(DTYPES, "dtype"), default=list(DTYPES), help="bf16 and/or fp8")
-    p.add_argument("--batches", type=_positive_ints, default=list(BATCHES), help="tokens per forward, comma-separated")
+    p.add_argument("--batches", type=positive_ints, default=list(BATCHES), help="tokens per forward, comma-separated")
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="timed trials per side and cell (median)")
     p.add_argument("--routing", default="uniform", help="uniform | zipf:S | hist:PATH | from:RESULT_JSON[:ARM]")
     p.add_argument("--swap-ab", action="store_true", help="moe_opt with Swap-AB where its tile allows (default off)")

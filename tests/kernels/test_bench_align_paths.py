@@ -32,3 +32,11 @@ def test_refuses_without_cuda(tmp_path, capsys):
     out = tmp_path / "a.json"
     assert main(["--out", str(out)]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("bad", [["--slots", "1024,x"], ["--block-m", "0"], ["--slots", ""]])
+def test_bad_arguments_exit_2_with_the_field(bad, tmp_path, capsys):
+    out = tmp_path / "a.json"
+    with pytest.raises(SystemExit) as exc:
+        main([*bad, "--out", str(out)])
+    assert exc.value.code == 2 and bad[0] in capsys.readouterr().err and not out.exists()
