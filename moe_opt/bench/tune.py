@@ -1,7 +1,7 @@
 """Tune GEMM tiles per (experts, N, K, top-k, dtype, batch bucket) and write the JSON tile table.
 
     python -m moe_opt.bench.tune --routing zipf:1.2 [--shapes mixtral-8x7b,...] [--dtypes bf16,fp8]
-        [--buckets 1,8,16,...] [--out moe_opt/kernels/tile_configs.json] [--log tune_log.json]
+        [--buckets 1,8,16,...] [--out TABLE] [--log tune_log.json]
 
 Each GEMM is timed alone (CUDA graph, rotated weights) on a routing drawn from --routing: uniform
 routing fills every expert's M tile equally and mis-tunes skewed real traffic, so the default is Zipf.
@@ -33,7 +33,7 @@ from moe_opt.bench.routing_dist import sample_routing
 from moe_opt.bench.shapes import SHAPES, MoeShape
 from moe_opt.bench.timing import time_graph_ms
 from moe_opt.kernels import KernelSwitches, TileConfig, TileTable, moe_align_block_size, moe_gemm, table_key
-from moe_opt.kernels.tile_configs import DEFAULT_TABLE_PATH
+from moe_opt.kernels.tile_configs import DEFAULT_TABLE_PATH, current_device_name, table_path_for
 
 DEFAULT_BUCKETS = (1, 8, 16, 32, 64, 256, 1024, 4096)
 
@@ -178,14 +178,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--buckets", default=",".join(map(str, DEFAULT_BUCKETS)))
     ap.add_argument("--routing", default="zipf:1.2", help="uniform | zipf:S | hist:PATH")
-    ap.add_argument("--out", default=str(DEFAULT_TABLE_PATH))
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="table to write (default: this GPU's own, tile_configs.<gpu>.json, or tile_configs.json on the H200; "
+        "a new file named as this GPU's table starts from the packaged rows, so the shapes not tuned here keep their "
+        "H200 tiles)",
+    )
     ap.add_argument("--log", default=None, help="JSON file for every timed candidate")
     ap.add_argument("--seed-vllm", action="store_true", help="also try vLLM's own tile per bucket (needs vLLM)")
     args = ap.parse_args(argv)
     if args.seed_vllm and importlib.util.find_spec("vllm") is None:
         ap.error("--seed-vllm needs vLLM installed (its configs are the seeds); nothing was tuned or written")
-    table = TileTable.load(args.out)
+    out = Path(args.out) if args.out else table_path_for(current_device_name())
+    table = TileTable.load(out)
     earlier = dict(table.meta)
+    inherited: dict = {}
+    if not out.exists() and out.name == table_path_for(current_device_name()).name != DEFAULT_TABLE_PATH.name:
+        table = TileTable.load(DEFAULT_TABLE_PATH)
+        inherited = {"untuned_rows_from": f"{DEFAULT_TABLE_PATH.name} ({table.meta.get('device', 'unknown GPU')})"}
     log: list = []
     buckets = [int(b) for b in args.buckets.split(",")]
     for name in args.shapes.split(","):
@@ -204,11 +215,11 @@ def main(argv: list[str] | None = None) -> None:
         retune = this_run | {"shapes": args.shapes, "dtypes": args.dtypes, "buckets": buckets}
         table.meta = earlier | {"retunes": [*earlier.get("retunes", []), retune]}
     else:
-        table.meta = this_run
-    table.save(args.out)
+        table.meta = this_run | inherited | ({"shapes": args.shapes, "dtypes": args.dtypes} if inherited else {})
+    table.save(out)
     if args.log:
         Path(args.log).write_text(json.dumps({"env": env, "routing": args.routing, "candidates": log}, indent=1))
-    print(f"[tune] wrote {args.out}", file=sys.stderr)
+    print(f"[tune] wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

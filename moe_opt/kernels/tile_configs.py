@@ -3,17 +3,25 @@
 The table is written by `python -m moe_opt.bench.tune` on the target GPU. A lookup that finds no entry
 uses `default_tile` (a fixed heuristic) and says so through `TileChoice.source`, so a missing table row
 shows up in every plan and result file instead of passing unnoticed.
+
+One table per GPU model: a tile tuned on the H200 is not the best one on an H100 (2026-12-07, vLLM 0.26: on an H100
+moe_opt's H200 tile for Mixtral-8x7B bf16 at 1024-4096 tokens was 2-4% slower than the H100 config vLLM ships).
+The packaged ``tile_configs.json`` is the H200's and serves every GPU without a table of its own
+(``tile_configs.<gpu slug>.json`` beside it, written by ``moe_opt.bench.tune`` on that GPU).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from moe_opt.kernels.switches import KernelDtype, TileConfig
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("tile_configs.json")
+DEFAULT_TABLE_DEVICE = "NVIDIA H200"
+"""The GPU the packaged table was tuned on (its ``device`` field): that GPU's table is ``DEFAULT_TABLE_PATH``."""
 BATCH_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TABLE_FORMAT = 1
 
@@ -101,12 +109,37 @@ class TileTable:
         return sorted(rows) if rows else list(BATCH_BUCKETS)
 
 
+def gpu_slug(device_name: str) -> str:
+    """File-name form of a CUDA device name: ``NVIDIA H100 80GB HBM3`` -> ``nvidia_h100_80gb_hbm3``."""
+    return "_".join(re.findall(r"[a-z0-9]+", device_name.lower()))
+
+
+def table_path_for(device_name: str | None) -> Path:
+    """Where the table for this GPU model lives (``DEFAULT_TABLE_PATH`` for the packaged table's GPU or none)."""
+    if not device_name or device_name == DEFAULT_TABLE_DEVICE:
+        return DEFAULT_TABLE_PATH
+    return DEFAULT_TABLE_PATH.with_name(f"tile_configs.{gpu_slug(device_name)}.json")
+
+
+def table_for(device_name: str | None) -> TileTable:
+    """This GPU's own table if it has one, else the packaged one: the tiles a lookup on that GPU uses."""
+    own = table_path_for(device_name)
+    return TileTable.load(own if own.exists() else DEFAULT_TABLE_PATH)
+
+
+def current_device_name() -> str | None:
+    """The CUDA device's name, or None without CUDA (the interpreter and CPU tests use the packaged table)."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
 _DEFAULT_TABLE: TileTable | None = None
 
 
 def default_table() -> TileTable:
-    """The packaged table, loaded once per process."""
+    """The table for this process's GPU, loaded once per process."""
     global _DEFAULT_TABLE
     if _DEFAULT_TABLE is None:
-        _DEFAULT_TABLE = TileTable.load()
+        _DEFAULT_TABLE = table_for(current_device_name())
     return _DEFAULT_TABLE
