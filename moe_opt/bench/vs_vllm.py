@@ -10,7 +10,7 @@ answers whether an engine would lose anything by launching moe_opt's kernels ins
 
 What is compared, per cell (shape x dtype x batch): the expert part of the layer on both sides, routing given
 (vLLM's ``fused_experts`` takes the top-k ids and weights as inputs, so moe_opt's router stays out as well).
-moe_opt: ``moe_opt.kernels.fused_experts`` with the tiles its tuned table (``tile_configs.json``) picks, as it
+moe_opt: ``moe_opt.kernels.fused_experts`` with the tiles its table for this GPU (``tile_configs*.json``) picks, as it
 always does, and the switches that table was tuned with (``bench/tune.py``): no re-specialisation (an engine never
 compiles at a new batch size) and Swap-AB off unless ``--swap-ab``. vLLM: its own ``fused_experts``, imported from
 the installed vLLM (``moe_opt.tune.vllm_path``, never copied), launched with the config an engine would use: its
@@ -220,17 +220,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(ns: argparse.Namespace) -> int:
     from moe_opt.bench.env_info import environment
+    from moe_opt.kernels import default_table
     from moe_opt.tune.vllm_path import vllm_version
 
     out = Path(ns.out)
     env = environment() | {"vllm": vllm_version()}
     grid = cells(ns.shapes, ns.dtypes, ns.batches)
+    table = default_table()  # what fused_experts reads on this GPU: its own table, else the packaged H200 one
     settings = {
         "routing": ns.routing,
         "trials": ns.trials,
         "replays_per_trial": REPLAYS_PER_TRIAL,
         "moe_opt_switches": {"swap_ab": ns.swap_ab, "respecialize": False},
         "vllm_tuned_config_folder": None,
+        "moe_opt_tile_table": {"file": table.path.name if table.path else None, "tuned_on": table.meta.get("device")},
         "tolerance": AT_LEAST_AS_FAST_TOLERANCE,
     }
     print(f"[vs_vllm] {len(grid)} cells on {env['gpu']}, vLLM {env['vllm']}, Triton {env['triton']}", flush=True)

@@ -182,8 +182,9 @@ def _alloc_outputs(
 # Up to this many (token, k) slots one launch aligns; past it, two launches per chunk. On an H100 (2026-12-07,
 # results/h200/issue20-kernel-check-h100-20261207/) chunking from 1,025 slots made the whole forward 1-4% slower
 # at 2,048 slots (256 tokens x top-8, 128 experts), where a second launch costs more than the extra reads, and
-# 2-16% faster from 8,192 slots (1,024 tokens x top-8). `moe_opt.bench.align_paths` times both paths per slot
-# count and expert count.
+# 2-16% faster from 8,192 slots (1,024 tokens x top-8). `moe_opt.bench.align_paths` timed both paths alone on an
+# H100 (2026-12-07, results/h200/issue20-h100-tables-20261207/align_paths.json): one launch was no slower up to
+# 4,096 slots with 8 and 256 experts and up to 6,144 with 128, at block_m 16 and 64; 4,096 is the smallest of those.
 ONE_LAUNCH_MAX_SLOTS = 4096
 
 

@@ -63,9 +63,15 @@ class TileChoice:
 class TileTable:
     """In-memory view of the JSON table; `entries[key][bucket] -> TileConfig`."""
 
-    def __init__(self, entries: dict[str, dict[int, TileConfig]] | None = None, meta: dict | None = None):
+    def __init__(
+        self,
+        entries: dict[str, dict[int, TileConfig]] | None = None,
+        meta: dict | None = None,
+        path: Path | None = None,
+    ):
         self.entries: dict[str, dict[int, TileConfig]] = entries or {}
         self.meta: dict = meta or {}
+        self.path = path  # the file it was read from (None: built in memory), so a result can name its table
 
     @classmethod
     def load(cls, path: Path | str = DEFAULT_TABLE_PATH) -> TileTable:
@@ -79,7 +85,7 @@ class TileTable:
             key: {int(b): TileConfig.from_dict(cfg) for b, cfg in rows.items()}
             for key, rows in raw.get("entries", {}).items()
         }
-        return cls(entries, {k: v for k, v in raw.items() if k != "entries"})
+        return cls(entries, {k: v for k, v in raw.items() if k != "entries"}, path)
 
     def save(self, path: Path | str = DEFAULT_TABLE_PATH) -> None:
         out = {

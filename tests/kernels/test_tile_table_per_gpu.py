@@ -50,3 +50,15 @@ def test_a_gpu_with_its_own_table_uses_its_tiles_and_others_do_not(packaged: Til
     assert tc.table_for(tc.DEFAULT_TABLE_DEVICE).lookup(1000, 8, 28672, 4096, 2, "bf16").tile == TileConfig(
         64, 128, 64, 8, 4, 3
     )
+
+
+def test_every_packaged_table_sits_where_its_gpu_looks_for_it() -> None:
+    """A table tuned on one GPU and saved under another's name would serve the wrong GPU without a sign."""
+    tables = sorted(tc.DEFAULT_TABLE_PATH.parent.glob("tile_configs*.json"))
+    assert tc.DEFAULT_TABLE_PATH in tables and len(tables) >= 2
+    for path in tables:
+        table = TileTable.load(path)
+        assert table.path == path
+        assert tc.table_path_for(table.meta["device"]) == path, path.name
+        for rows in table.entries.values():
+            assert set(rows) <= set(tc.BATCH_BUCKETS)
