@@ -10,13 +10,13 @@ import torch
 import triton
 
 from common.environment import command_line, driver_version, python_version, utc_now_iso
+from moe_opt.kernels.tile_configs import current_device_name
 
 
 def environment() -> dict:
     """GPU, driver, library versions, UTC date and the exact command line of this process."""
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     return {
-        "gpu": gpu,
+        "gpu": current_device_name() or "none",
         "gpu_count": torch.cuda.device_count(),
         "driver": driver_version(),
         "cuda_runtime": torch.version.cuda,

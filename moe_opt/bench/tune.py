@@ -190,13 +190,19 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.seed_vllm and importlib.util.find_spec("vllm") is None:
         ap.error("--seed-vllm needs vLLM installed (its configs are the seeds); nothing was tuned or written")
-    out = Path(args.out) if args.out else table_path_for(current_device_name())
-    table = TileTable.load(out)
-    earlier = dict(table.meta)
+    this_gpus_table = table_path_for(current_device_name())
+    out = Path(args.out) if args.out else this_gpus_table
+    # A GPU's first own table starts from the packaged rows, so the shapes not tuned here keep their H200 tiles.
+    first_own_table = not out.exists() and this_gpus_table != DEFAULT_TABLE_PATH and out.name == this_gpus_table.name
+    table = TileTable.load(DEFAULT_TABLE_PATH if first_own_table else out)
+    earlier = {} if first_own_table else dict(table.meta)
     inherited: dict = {}
-    if not out.exists() and out.name == table_path_for(current_device_name()).name != DEFAULT_TABLE_PATH.name:
-        table = TileTable.load(DEFAULT_TABLE_PATH)
-        inherited = {"untuned_rows_from": f"{DEFAULT_TABLE_PATH.name} ({table.meta.get('device', 'unknown GPU')})"}
+    if first_own_table:
+        inherited = {
+            "untuned_rows_from": f"{DEFAULT_TABLE_PATH.name} ({table.meta.get('device', 'unknown GPU')})",
+            "shapes": args.shapes,
+            "dtypes": args.dtypes,
+        }
     log: list = []
     buckets = [int(b) for b in args.buckets.split(",")]
     for name in args.shapes.split(","):
@@ -215,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         retune = this_run | {"shapes": args.shapes, "dtypes": args.dtypes, "buckets": buckets}
         table.meta = earlier | {"retunes": [*earlier.get("retunes", []), retune]}
     else:
-        table.meta = this_run | inherited | ({"shapes": args.shapes, "dtypes": args.dtypes} if inherited else {})
+        table.meta = this_run | inherited
     table.save(out)
     if args.log:
         Path(args.log).write_text(json.dumps({"env": env, "routing": args.routing, "candidates": log}, indent=1))
