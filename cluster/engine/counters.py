@@ -7,9 +7,12 @@ vLLM did during its own start-up and warm-up.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from prometheus_client.parser import text_string_to_metric_families
 
-from moe_opt.plugin.metrics import EXPERT_TOKENS_UNPUBLISHED, GPU_STEP_SECONDS, RANK_STEP_SECONDS
+from moe_opt.plugin.metrics import EXPERT_TOKENS, EXPERT_TOKENS_UNPUBLISHED, GPU_STEP_SECONDS, RANK_STEP_SECONDS
 from result_format.run_result import series_key
 
 KEEP_PREFIXES = ("moeperf_", "vllm:", "vllm_")
@@ -65,3 +68,42 @@ def unpublished_ranks(text: str) -> list[str]:
             continue
         pending += [s.labels.get("rank", "?") for s in fam.samples if s.value != 0]
     return sorted(pending)
+
+
+def expert_counts(text: str) -> dict[str, float]:
+    """The scrape's ``moeperf_expert_tokens_total`` series: what a settled read must have stopped changing."""
+    return {k: v for k, v in parse_samples(text).items() if k.startswith(EXPERT_TOKENS + "{")}
+
+
+def settled_scrape(
+    scrape: Callable[[], str],
+    timeout_s: float,
+    poll_s: float,
+    on_timeout: Callable[[list[str]], None] = lambda _: None,
+) -> str:
+    """A scrape whose expert counts hold every step the engine served: no rank unpublished, and the counts the
+    same as in the scrape before, which also had none.
+
+    Why two: vLLM's /metrics reads prometheus_client's multiprocess files one after another (counter_<pid>.db
+    before gauge_all_<pid>.db here), so a rank that publishes between the two reads shows its old counts beside
+    its cleared flag. One such torn scrape made a CPU run's window miss the last 34 of 153 tokens (CI,
+    2026-12-07). Publishing writes the counts before it clears the flag, so a scrape begun after one that saw the
+    flag cleared reads the published counts; equal counts twice show no publish fell between. An engine without
+    the plugin's flag (no expert count) has nothing to wait for: its first scrape is returned. After
+    ``timeout_s`` the last scrape is returned as it is, ``on_timeout`` told the ranks still pending.
+    """
+    deadline = time.monotonic() + timeout_s
+    settled: dict[str, float] | None = None  # the previous scrape's counts, when it had no rank pending
+    while True:
+        text = scrape()
+        if UNPUBLISHED not in text:
+            return text
+        pending = unpublished_ranks(text)
+        counts = None if pending else expert_counts(text)
+        if counts is not None and counts == settled:
+            return text
+        if time.monotonic() >= deadline:
+            on_timeout(pending)
+            return text
+        settled = counts
+        time.sleep(poll_s)  # polling the plugin's gauge: there is no event to wait on across processes

@@ -34,8 +34,8 @@ from cluster.engine.counters import (
     COMPILES,
     compiles_in_window,
     parse_samples,
+    settled_scrape,
     step_time_series,
-    unpublished_ranks,
     window_delta,
 )
 from cluster.engine.observed import (
@@ -530,18 +530,16 @@ class ArmRunner:
 
     def _settled_metrics_text(self) -> str:
         """The engine's /metrics once every rank's plugin has published the routing of every step it served, so a
-        window's expert counts hold exactly its steps; after ``SETTLE_TIMEOUT_S`` the scrape is taken as it is."""
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while True:
-            text = ray.get(self.engine.metrics_text.remote())
-            pending = unpublished_ranks(text)
-            if not pending:
-                return text
-            if time.monotonic() >= deadline:
-                logger.warning("arm %s: rank(s) %s did not publish their expert counts in %g s: window read as it "
-                               "is", self.name, pending, SETTLE_TIMEOUT_S)  # fmt: skip
-                return text
-            time.sleep(SETTLE_POLL_S)  # polling the plugin's gauge: there is no event to wait on across processes
+        window's expert counts hold exactly its steps (``settled_scrape``); after ``SETTLE_TIMEOUT_S`` the scrape
+        is taken as it is."""
+
+        def timed_out(pending: list[str]) -> None:
+            logger.warning("arm %s: expert counts not settled in %g s (ranks unpublished: %s): window read as it is",
+                           self.name, SETTLE_TIMEOUT_S, pending or "none, but the counts still changing")  # fmt: skip
+
+        return settled_scrape(
+            lambda: ray.get(self.engine.metrics_text.remote()), SETTLE_TIMEOUT_S, SETTLE_POLL_S, timed_out
+        )
 
     def _collect_compile_events(self, round_index: int) -> None:
         """The compiles the engine's ranks logged up to the end of this round's replay, for the attribution to the

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from cluster.engine.counters import UNPUBLISHED, unpublished_ranks
+from cluster.engine.counters import UNPUBLISHED, expert_counts, settled_scrape, unpublished_ranks
 from cluster.engine.observed import expert_load_in_window, without_expert_series
 from cluster.orchestration.combine import _sum_expert_load
 from moe_opt.plugin.expert_harvest import Harvester
@@ -360,6 +360,50 @@ def test_the_runner_waits_for_exactly_the_ranks_whose_counts_are_unpublished() -
     assert unpublished_ranks(text.replace("} 1.0\n", "} 0.0\n")) == []
     assert unpublished_ranks("") == []  # an engine without the plugin: nothing to wait for
     assert UNPUBLISHED == EXPERT_TOKENS_UNPUBLISHED  # the harness reads the name the plugin writes
+
+
+def _metrics_text(tokens: list[int], unpublished: int) -> str:
+    """One rank's expert counts and flag as prometheus_client writes them (what vLLM's /metrics serves)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    reg = CollectorRegistry()
+    counter = Counter(EXPERT_TOKENS.removesuffix("_total"), "x", ["rank", "layer", "expert"], registry=reg)
+    for e, n in enumerate(tokens):
+        counter.labels("0", "0", str(e)).inc(n)
+    Gauge(UNPUBLISHED, "x", ["rank"], registry=reg).labels("0").set(unpublished)
+    return generate_latest(reg).decode()
+
+
+def test_a_window_is_read_only_once_the_published_counts_stopped_changing() -> None:
+    """The torn scrape CI met: vLLM's multiprocess /metrics reads the counter file, the rank publishes its last
+    steps and clears its flag, then the gauge file is read: old counts beside a cleared flag. The read must go on
+    to the counts the publish wrote."""
+    scrapes = iter([
+        _metrics_text([5, 3], unpublished=1),  # the last steps not yet published
+        _metrics_text([5, 3], unpublished=0),  # torn: the counts from before the publish, the flag from after it
+        _metrics_text([9, 4], unpublished=0),
+        _metrics_text([9, 4], unpublished=0),
+    ])  # fmt: skip
+    calls: list[str] = []
+
+    def scrape() -> str:
+        calls.append(text := next(scrapes))
+        return text
+
+    timed_out: list[list[str]] = []
+    text = settled_scrape(scrape, timeout_s=60.0, poll_s=0.0, on_timeout=timed_out.append)
+    assert list(expert_counts(text).values()) == [9.0, 4.0] and len(calls) == 4 and timed_out == []
+
+
+def test_a_window_read_does_not_wait_on_an_engine_without_expert_counts_and_gives_up_at_its_deadline() -> None:
+    plain = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
+    calls: list[str] = []
+    assert settled_scrape(lambda: calls.append(plain) or plain, timeout_s=60.0, poll_s=0.0) == plain
+    assert len(calls) == 1
+    stuck = _metrics_text([1, 1], unpublished=1)
+    timed_out: list[list[str]] = []
+    assert settled_scrape(lambda: stuck, timeout_s=0.0, poll_s=0.0, on_timeout=timed_out.append) == stuck
+    assert timed_out == [["0"]]
 
 
 def test_the_router_bias_is_parsed_strictly() -> None:
