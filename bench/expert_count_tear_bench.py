@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from cluster.engine.counters import expert_counts, settled_scrape, unpublished_ranks
+from cluster.engine.counters import expert_counts, parse_samples, settled_scrape, unpublished_ranks
 from common.environment import cpu_model, package_version, python_version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def first_published_scrape(scrape: Callable[[], str], timeout_s: float, poll_s: 
 
 RULES: dict[str, Callable[[Callable[[], str], float, float], str]] = {
     "one_scrape": first_published_scrape,
-    "settled_scrape": lambda scrape, timeout_s, poll_s: settled_scrape(scrape, timeout_s, poll_s),
+    "settled_scrape": lambda scrape, timeout_s, poll_s: settled_scrape(scrape, timeout_s, poll_s).text,
 }
 
 
@@ -112,7 +112,7 @@ def run(trials: int, layers: int, experts: int, seed: int) -> dict[str, Any]:
                 here.send(rng.uniform(0.0, 4 * POLL_S))
                 assert here.recv() == "served"
                 t0 = time.monotonic()
-                counts = expert_counts(rule(scrape, TIMEOUT_S, POLL_S))
+                counts = expert_counts(parse_samples(rule(scrape, TIMEOUT_S, POLL_S)))
                 scrapes_s.append(time.monotonic() - t0)
                 torn += min(counts.values()) < trial  # the read misses this trial's step
             here.send(None)

@@ -8,8 +8,10 @@ vLLM did during its own start-up and warm-up.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from moe_opt.plugin.metrics import EXPERT_TOKENS, EXPERT_TOKENS_UNPUBLISHED, GPU_STEP_SECONDS, RANK_STEP_SECONDS
@@ -23,8 +25,12 @@ STEP_TIME_PREFIXES = (RANK_STEP_SECONDS + "_", GPU_STEP_SECONDS + "_")
 
 def parse_samples(text: str) -> dict[str, float]:
     """``name{label="v",...}`` -> value for the counters and histogram sums/counts worth a delta."""
+    return _kept_samples(text_string_to_metric_families(text))
+
+
+def _kept_samples(families: Iterable[Metric]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
+    for fam in families:
         if fam.type not in ("counter", "histogram") or not fam.name.startswith(KEEP_PREFIXES):
             continue
         for s in fam.samples:
@@ -62,17 +68,29 @@ def unpublished_ranks(text: str) -> list[str]:
     a few tens of ms once idle); a window read before every rank reports 0 would miss its last steps. Engines
     without the plugin report nothing: no rank to wait for.
     """
-    pending = []
-    for fam in text_string_to_metric_families(text):
-        if fam.name != UNPUBLISHED:
-            continue
-        pending += [s.labels.get("rank", "?") for s in fam.samples if s.value != 0]
-    return sorted(pending)
+    return _read(text).pending_ranks
 
 
-def expert_counts(text: str) -> dict[str, float]:
-    """The scrape's ``moeperf_expert_tokens_total`` series: what a settled read must have stopped changing."""
-    return {k: v for k, v in parse_samples(text).items() if k.startswith(EXPERT_TOKENS + "{")}
+def expert_counts(samples: dict[str, float]) -> dict[str, float]:
+    """The ``moeperf_expert_tokens_total`` series of parsed samples: what a settled read must have stopped
+    changing."""
+    return {k: v for k, v in samples.items() if k.startswith(EXPERT_TOKENS + "{")}
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One /metrics text with its parsed samples (``parse_samples``), so a window read parses a scrape once: at
+    48 layers x 128 experts the expert series alone are 6,144 samples a rank."""
+
+    text: str
+    samples: dict[str, float]
+    pending_ranks: list[str]
+
+
+def _read(text: str) -> Scrape:
+    families = list(text_string_to_metric_families(text))
+    pending = [s.labels.get("rank", "?") for f in families if f.name == UNPUBLISHED for s in f.samples if s.value != 0]
+    return Scrape(text, _kept_samples(families), sorted(pending))
 
 
 def settled_scrape(
@@ -80,7 +98,7 @@ def settled_scrape(
     timeout_s: float,
     poll_s: float,
     on_timeout: Callable[[list[str]], None] = lambda _: None,
-) -> str:
+) -> Scrape:
     """A scrape whose expert counts hold every step the engine served: no rank unpublished, and the counts the
     same as in the scrape before, which also had none.
 
@@ -95,15 +113,14 @@ def settled_scrape(
     deadline = time.monotonic() + timeout_s
     settled: dict[str, float] | None = None  # the previous scrape's counts, when it had no rank pending
     while True:
-        text = scrape()
-        if UNPUBLISHED not in text:
-            return text
-        pending = unpublished_ranks(text)
-        counts = None if pending else expert_counts(text)
+        got = _read(scrape())
+        if UNPUBLISHED not in got.text:
+            return got
+        counts = None if got.pending_ranks else expert_counts(got.samples)
         if counts is not None and counts == settled:
-            return text
+            return got
         if time.monotonic() >= deadline:
-            on_timeout(pending)
-            return text
+            on_timeout(got.pending_ranks)
+            return got
         settled = counts
         time.sleep(poll_s)  # polling the plugin's gauge: there is no event to wait on across processes

@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from cluster.engine.actor import Device, EngineActor
 from cluster.engine.counters import (
     COMPILES,
+    Scrape,
     compiles_in_window,
     parse_samples,
     settled_scrape,
@@ -521,14 +522,14 @@ class ArmRunner:
 
     def _engine_samples(self) -> dict[str, float]:
         """One scrape serves the window's counters and the observation (launch counts, config sources so far)."""
-        text = self._settled_metrics_text()
-        self._last_samples = parse_samples(text)
-        latest = observe_engine(text, self.info.moe_backends if self.info else [])
+        got = self._settled_metrics()
+        self._last_samples = got.samples
+        latest = observe_engine(got.text, self.info.moe_backends if self.info else [])
         if latest.ranks:  # an engine that died mid-round keeps what it reported while it lived
             self.observed = latest
         return self._last_samples
 
-    def _settled_metrics_text(self) -> str:
+    def _settled_metrics(self) -> Scrape:
         """The engine's /metrics once every rank's plugin has published the routing of every step it served, so a
         window's expert counts hold exactly its steps (``settled_scrape``); after ``SETTLE_TIMEOUT_S`` the scrape
         is taken as it is."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from cluster.engine.counters import UNPUBLISHED, expert_counts, settled_scrape, unpublished_ranks
+from cluster.engine.counters import UNPUBLISHED, expert_counts, parse_samples, settled_scrape, unpublished_ranks
 from cluster.engine.observed import expert_load_in_window, without_expert_series
 from cluster.orchestration.combine import _sum_expert_load
 from moe_opt.plugin.expert_harvest import Harvester
@@ -391,18 +391,20 @@ def test_a_window_is_read_only_once_the_published_counts_stopped_changing() -> N
         return text
 
     timed_out: list[list[str]] = []
-    text = settled_scrape(scrape, timeout_s=60.0, poll_s=0.0, on_timeout=timed_out.append)
-    assert list(expert_counts(text).values()) == [9.0, 4.0] and len(calls) == 4 and timed_out == []
+    got = settled_scrape(scrape, timeout_s=60.0, poll_s=0.0, on_timeout=timed_out.append)
+    assert list(expert_counts(got.samples).values()) == [9.0, 4.0] and len(calls) == 4 and timed_out == []
+    assert got.text == calls[-1] and got.samples == parse_samples(got.text)  # the window reads the settled scrape
 
 
 def test_a_window_read_does_not_wait_on_an_engine_without_expert_counts_and_gives_up_at_its_deadline() -> None:
     plain = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
     calls: list[str] = []
-    assert settled_scrape(lambda: calls.append(plain) or plain, timeout_s=60.0, poll_s=0.0) == plain
+    assert settled_scrape(lambda: calls.append(plain) or plain, timeout_s=60.0, poll_s=0.0).text == plain
     assert len(calls) == 1
     stuck = _metrics_text([1, 1], unpublished=1)
     timed_out: list[list[str]] = []
-    assert settled_scrape(lambda: stuck, timeout_s=0.0, poll_s=0.0, on_timeout=timed_out.append) == stuck
+    got = settled_scrape(lambda: stuck, timeout_s=0.0, poll_s=0.0, on_timeout=timed_out.append)
+    assert got.text == stuck and got.samples == parse_samples(stuck) and got.pending_ranks == ["0"]
     assert timed_out == [["0"]]
 
 
