@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from cluster.engine.counters import expert_counts, parse_samples, settled_scrape, unpublished_ranks
+from cluster.engine.counters import Scrape, expert_counts, read_scrape, settled_scrape
 from common.environment import cpu_model, package_version, python_version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,19 +74,19 @@ def _scrape(registry: Any) -> str:
     return generate_latest(registry).decode()
 
 
-def first_published_scrape(scrape: Callable[[], str], timeout_s: float, poll_s: float) -> str:
+def first_published_scrape(scrape: Callable[[], str], timeout_s: float, poll_s: float) -> Scrape:
     """The rule before 2026-12-07: the first scrape in which no rank is unpublished."""
     deadline = time.monotonic() + timeout_s
     while True:
-        text = scrape()
-        if not unpublished_ranks(text) or time.monotonic() >= deadline:
-            return text
+        got = read_scrape(scrape())
+        if not got.pending_ranks or time.monotonic() >= deadline:
+            return got
         time.sleep(poll_s)
 
 
-RULES: dict[str, Callable[[Callable[[], str], float, float], str]] = {
+RULES: dict[str, Callable[[Callable[[], str], float, float], Scrape]] = {
     "one_scrape": first_published_scrape,
-    "settled_scrape": lambda scrape, timeout_s, poll_s: settled_scrape(scrape, timeout_s, poll_s).text,
+    "settled_scrape": lambda scrape, timeout_s, poll_s: settled_scrape(scrape, timeout_s, poll_s),
 }
 
 
@@ -112,7 +112,7 @@ def run(trials: int, layers: int, experts: int, seed: int) -> dict[str, Any]:
                 here.send(rng.uniform(0.0, 4 * POLL_S))
                 assert here.recv() == "served"
                 t0 = time.monotonic()
-                counts = expert_counts(parse_samples(rule(scrape, TIMEOUT_S, POLL_S)))
+                counts = expert_counts(rule(scrape, TIMEOUT_S, POLL_S).samples)
                 scrapes_s.append(time.monotonic() - t0)
                 torn += min(counts.values()) < trial  # the read misses this trial's step
             here.send(None)

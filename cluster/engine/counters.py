@@ -68,7 +68,7 @@ def unpublished_ranks(text: str) -> list[str]:
     a few tens of ms once idle); a window read before every rank reports 0 would miss its last steps. Engines
     without the plugin report nothing: no rank to wait for.
     """
-    return _read(text).pending_ranks
+    return read_scrape(text).pending_ranks
 
 
 def expert_counts(samples: dict[str, float]) -> dict[str, float]:
@@ -87,7 +87,8 @@ class Scrape:
     pending_ranks: list[str]
 
 
-def _read(text: str) -> Scrape:
+def read_scrape(text: str) -> Scrape:
+    """The text, its kept samples and its pending ranks from one parse of the text."""
     families = list(text_string_to_metric_families(text))
     pending = [s.labels.get("rank", "?") for f in families if f.name == UNPUBLISHED for s in f.samples if s.value != 0]
     return Scrape(text, _kept_samples(families), sorted(pending))
@@ -113,7 +114,7 @@ def settled_scrape(
     deadline = time.monotonic() + timeout_s
     settled: dict[str, float] | None = None  # the previous scrape's counts, when it had no rank pending
     while True:
-        got = _read(scrape())
+        got = read_scrape(scrape())
         if UNPUBLISHED not in got.text:
             return got
         counts = None if got.pending_ranks else expert_counts(got.samples)
